@@ -1,0 +1,1 @@
+"""Kafka I/O for rankwatch (kafka-python): consumer groups, offsets, rebalances, dead letters."""

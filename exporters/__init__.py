@@ -1,0 +1,1 @@
+"""Prometheus exposition for rankwatch: custom collectors and the HTTP endpoint."""

@@ -1,0 +1,192 @@
+"""Mergeable aggregates of the kernel's output: what a slice of a window (or a baseline) holds.
+
+A :class:`RankingAggregate` keeps, per metric, the count, sum and sum of squares of per-request values
+(so means merge exactly and confidence intervals are possible later), the request and item counts, and a
+:class:`pipeline.auc.ScoreHistogram` for the pooled AUCs. ``a.merge(b)`` equals the aggregate of the union
+of their requests (up to float summation order for the sums; exactly for counts and AUC state).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.auc import ScoreHistogram, histograms_by_group
+from pipeline.kernel import PerRequestMetrics, per_request_metrics
+from pipeline.options import MetricOptions
+
+ResultValue = float | int | None
+
+
+@dataclass
+class MetricSum:
+    """Count, sum and sum of squares of one metric's per-request values."""
+
+    count: int = 0
+    total: float = 0.0
+    total_sq: float = 0.0
+
+    def merge(self, other: MetricSum) -> None:
+        self.count += other.count
+        self.total += other.total
+        self.total_sq += other.total_sq
+
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def stderr(self) -> float | None:
+        """Standard error of the mean (None below two samples)."""
+        if self.count < 2:
+            return None
+        mean = self.total / self.count
+        var = max(self.total_sq / self.count - mean * mean, 0.0) * self.count / (self.count - 1)
+        return math.sqrt(var / self.count)
+
+
+class RankingAggregate:
+    """Everything needed to report one slice: request/item counts, metric sums, AUC state."""
+
+    __slots__ = ("options", "requests", "requests_with_relevant", "items", "sums", "histogram")
+
+    def __init__(self, options: MetricOptions) -> None:
+        self.options = options
+        self.requests = 0
+        self.requests_with_relevant = 0
+        self.items = 0
+        self.sums: dict[str, MetricSum] = {name: MetricSum() for name in options.rank_metric_names}
+        self.histogram = ScoreHistogram.empty()
+
+    # -- building -------------------------------------------------------------------------------------
+    @classmethod
+    def from_lists(
+        cls, labels: npt.ArrayLike, scores: npt.ArrayLike, offsets: npt.ArrayLike, options: MetricOptions
+    ) -> RankingAggregate:
+        """Aggregate of flat ranked lists (labels and scores in rank order, list boundaries in offsets)."""
+        lab = np.asarray(labels, dtype=np.float64)
+        metrics = per_request_metrics(lab, offsets, options)
+        group = np.zeros(metrics.n_requests, dtype=np.int64)
+        return aggregate_groups(metrics, lab, np.asarray(scores, dtype=np.float64), group, 1, options)[0]
+
+    def merge(self, other: RankingAggregate) -> None:
+        """Add ``other``'s requests to this aggregate (in place)."""
+        if other.options != self.options:
+            raise ValueError("cannot merge aggregates computed with different metric options")
+        self.requests += other.requests
+        self.requests_with_relevant += other.requests_with_relevant
+        self.items += other.items
+        for name, s in other.sums.items():
+            self.sums[name].merge(s)
+        self.histogram = self.histogram.merge(other.histogram).compressed(self.options.max_distinct_scores)
+
+    def copy(self) -> RankingAggregate:
+        out = RankingAggregate(self.options)
+        out.merge(self)
+        return out
+
+    # -- reading --------------------------------------------------------------------------------------
+    def values(self) -> dict[str, ResultValue]:
+        """The result-document entry: counts, then every metric (None where undefined)."""
+        out: dict[str, ResultValue] = {
+            "requests": self.requests,
+            "requests_with_relevant": self.requests_with_relevant,
+            "items": self.items,
+        }
+        for name in self.options.rank_metric_names:
+            out[name] = self.sums[name].mean()
+        out["auc_roc"] = self.histogram.auc_roc()
+        out["auc_pr"] = self.histogram.average_precision()
+        return out
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "requests_with_relevant": self.requests_with_relevant,
+            "items": self.items,
+            "sums": {k: [s.count, s.total, s.total_sq] for k, s in self.sums.items()},
+            "histogram": self.histogram.to_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], options: MetricOptions) -> RankingAggregate:
+        out = cls(options)
+        out.requests = int(state["requests"])
+        out.requests_with_relevant = int(state["requests_with_relevant"])
+        out.items = int(state["items"])
+        for k, (c, t, t2) in state["sums"].items():
+            out.sums[k] = MetricSum(int(c), float(t), float(t2))
+        out.histogram = ScoreHistogram.from_state(state["histogram"])
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, RankingAggregate)
+            and self.options == other.options
+            and self.to_state() == other.to_state()
+        )
+
+    def __repr__(self) -> str:
+        return f"RankingAggregate({self.values()!r})"
+
+
+def aggregate_groups(
+    metrics: PerRequestMetrics,
+    labels: npt.NDArray[np.float64],
+    scores: npt.NDArray[np.float64],
+    request_group: npt.ArrayLike,
+    n_groups: int,
+    options: MetricOptions,
+) -> list[RankingAggregate]:
+    """Aggregates of many groups (slices) at once from per-request metrics.
+
+    ``request_group[j]`` is the group id (``0 <= id < n_groups``) of list ``j``; ``labels`` and ``scores``
+    are the flat item arrays the metrics were computed from. One pass of ``bincount`` per metric.
+    """
+    grp = np.asarray(request_group, dtype=np.int64)
+    if grp.shape != (metrics.n_requests,):
+        raise ValueError("request_group needs one group id per request")
+    has_rel = metrics.n_relevant > 0
+    requests = np.bincount(grp, minlength=n_groups)
+    with_rel = np.bincount(grp[has_rel], minlength=n_groups)
+    items = np.bincount(grp, weights=metrics.lengths, minlength=n_groups)
+    sums: dict[str, tuple[Any, Any, Any]] = {}
+    for name, vals in metrics.values.items():
+        if options.no_relevant == "zero":
+            v, g = np.where(has_rel, vals, 0.0), grp
+        else:
+            v, g = vals[has_rel], grp[has_rel]
+        sums[name] = (
+            np.bincount(g, minlength=n_groups),
+            np.bincount(g, weights=v, minlength=n_groups),
+            np.bincount(g, weights=v * v, minlength=n_groups),
+        )
+    item_group = np.repeat(grp, metrics.lengths)
+    hists = histograms_by_group(scores, labels > 0, item_group, n_groups)
+    out = []
+    for gi in range(n_groups):
+        agg = RankingAggregate(options)
+        agg.requests = int(requests[gi])
+        agg.requests_with_relevant = int(with_rel[gi])
+        agg.items = int(items[gi])
+        for name, (c, t, t2) in sums.items():
+            agg.sums[name] = MetricSum(int(c[gi]), float(t[gi]), float(t2[gi]))
+        agg.histogram = hists[gi].compressed(options.max_distinct_scores)
+        out.append(agg)
+    return out
+
+
+def aggregate_lists(
+    labels: npt.ArrayLike,
+    scores: npt.ArrayLike,
+    offsets: npt.ArrayLike,
+    request_group: npt.ArrayLike,
+    n_groups: int,
+    options: MetricOptions,
+) -> list[RankingAggregate]:
+    """Per-group aggregates straight from flat lists: the kernel plus :func:`aggregate_groups`."""
+    lab = np.asarray(labels, dtype=np.float64)
+    metrics = per_request_metrics(lab, offsets, options)
+    return aggregate_groups(metrics, lab, np.asarray(scores, dtype=np.float64), request_group, n_groups, options)

@@ -1,0 +1,19 @@
+"""The result document of SPEC section 4, built from aggregates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.aggregates import RankingAggregate
+from pipeline.slicing import SliceKey
+
+
+def result_document(overall: RankingAggregate, slices: dict[SliceKey, RankingAggregate]) -> dict[str, Any]:
+    """``{"overall": {...}, "slices": [{"segment": ..., "surface": ..., "requests": ..., ...}]}``.
+
+    Slices are sorted by their key so the document is deterministic.
+    """
+    return {
+        "overall": overall.values(),
+        "slices": [{**dict(key), **agg.values()} for key, agg in sorted(slices.items())],
+    }

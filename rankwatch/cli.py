@@ -1,0 +1,76 @@
+"""``rankwatch`` command line. Subcommands live in :mod:`rankwatch.commands` and load lazily, so that
+``rankwatch offline`` never imports Kafka and a broken optional module cannot break the others."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from rankwatch import __version__
+from rankwatch.errors import RankwatchError
+
+# name -> module in rankwatch.commands exposing a click command called ``command``
+SUBCOMMANDS: dict[str, str] = {
+    "offline": "offline",
+    "replay": "replay",
+    "run": "run",
+    "simulate": "simulate",
+    "demo": "demo",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [n for n, m in SUBCOMMANDS.items() if importlib.util.find_spec(f"rankwatch.commands.{m}")]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = SUBCOMMANDS.get(cmd_name)
+        if module is None:
+            return None
+        mod = importlib.import_module(f"rankwatch.commands.{module}")
+        cmd: click.Command = mod.command
+        return cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rankwatch")
+def cli() -> None:
+    """rankwatch: live ranking quality (MRR, NDCG@k, MAP@k, AUC) next to offline baselines."""
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: every error becomes one line on stderr and a non-zero exit, never a traceback."""
+    try:
+        rv = cli.main(args=argv, prog_name="rankwatch", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return int(e.exit_code)
+    except click.Abort:
+        click.echo("rankwatch: interrupted", err=True)
+        return 130
+    except click.ClickException as e:
+        click.echo(f"rankwatch: error: {_one_line(e.format_message())}", err=True)
+        return int(e.exit_code) or 2
+    except RankwatchError as e:
+        click.echo(f"rankwatch: error: {_one_line(str(e))}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("rankwatch: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return int(rv) if isinstance(rv, int) else 0
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

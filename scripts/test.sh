@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test command of the README: installs everything the tests need on a fresh machine, then runs lint,
+# type checks and the whole test suite. .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== installing rankwatch with test extras"
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "== installing prometheus and promtool (Debian package)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq prometheus >/dev/null
+fi
+
+if [ -x deploy/kafka/local.sh ]; then
+  echo "== resolving Kafka broker jars (Maven Central)"
+  deploy/kafka/local.sh fetch
+fi
+
+echo "== ruff"
+python3 -m ruff check .
+echo "== mypy"
+python3 -m mypy
+
+echo "== pytest"
+set +e
+python3 -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: failing on purpose" >&2
+  exit 1
+fi
+exit "$rc"
