@@ -101,7 +101,7 @@ def per_request_metrics(labels: npt.ArrayLike, offsets: npt.ArrayLike, options: 
     ideal = _IdealDcg(lab, req, rank0, n, options.gain)
     for k in options.ndcg_cutoffs:
         top = rank0 < k
-        dcg = np.bincount(req[top], weights=item_gain[top] * discount[rank0[top]], minlength=n)
+        dcg = _weighted_counts(req[top], item_gain[top] * discount[rank0[top]], n)
         idcg = ideal.at(k, discount)
         values[f"ndcg@{k}"] = _ratio_or_nan(dcg, idcg, has_rel)
 
@@ -111,7 +111,7 @@ def per_request_metrics(labels: npt.ArrayLike, offsets: npt.ArrayLike, options: 
         precision = (cum_rel - np.repeat(before, lengths)) / (rank0 + 1.0)
         for k in options.map_cutoffs:
             hit = relevant & (rank0 < k)
-            total = np.bincount(req[hit], weights=precision[hit], minlength=n)
+            total = _weighted_counts(req[hit], precision[hit], n)
             denom = n_relevant if options.map_normalization == "relevant" else np.minimum(n_relevant, k)
             values[f"map@{k}"] = _ratio_or_nan(total, denom.astype(np.float64), has_rel)
     return PerRequestMetrics(values=values, n_relevant=n_relevant, lengths=lengths.astype(np.int64))
@@ -128,6 +128,11 @@ def _reciprocal_rank(relevant: npt.NDArray[np.bool_], req: IntArray, rank0: IntA
         np.not_equal(hit_req[1:], hit_req[:-1], out=first[1:])
         rr[hit_req[first]] = 1.0 / (rank0[hits[first]] + 1.0)
     return rr
+
+
+def _weighted_counts(index: IntArray, weights: FloatArray, n: int) -> FloatArray:
+    """Sum of ``weights`` per list id (``np.bincount`` with weights, typed as float)."""
+    return np.bincount(index, weights=weights, minlength=n).astype(np.float64, copy=False)
 
 
 def _ratio_or_nan(num: FloatArray, den: FloatArray, defined: npt.NDArray[np.bool_]) -> FloatArray:
@@ -176,9 +181,7 @@ class _IdealDcg:
             order = np.lexsort((-self._labels, self._req))
             self._sorted_gain = gains(self._labels[order], self._gain)
         top = self._rank0 < k
-        return np.bincount(
-            self._req[top], weights=self._sorted_gain[top] * discount[self._rank0[top]], minlength=self._n
-        )
+        return _weighted_counts(self._req[top], self._sorted_gain[top] * discount[self._rank0[top]], self._n)
 
 
 def offsets_from_lengths(lengths: npt.ArrayLike) -> IntArray:
