@@ -1,0 +1,211 @@
+"""Offline baselines for the exporter: load baseline files, serve them, reload them when they change.
+
+A baseline file is what ``rankwatch offline --output FILE`` writes (``format: rankwatch-baseline/1``; the
+SPEC result document under ``result``). Each file becomes ``source="offline", window="baseline"`` series.
+A file that describes one variant (top-level ``variant``) and whose slices do not split on variant is
+served with that ``variant`` label, so per-variant baselines line up with per-variant online slices.
+
+Reload semantics (:class:`BaselineWatcher`): a file is re-read when its modification time, size or inode
+changes. A file that cannot be read (corrupt, half written, deleted) keeps the last good baseline in
+service, counts one ``rankwatch_baseline_load_errors_total{baseline}`` per failed change, and sets
+``rankwatch_baseline_loaded{baseline}`` to 0 until a good version appears.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exporters.series import SeriesValues
+
+if TYPE_CHECKING:
+    from exporters.state import MetricsState
+
+log = logging.getLogger(__name__)
+
+BASELINE_FORMAT = "rankwatch-baseline/1"
+_COUNT_KEYS = frozenset({"requests", "requests_with_relevant", "items"})
+_LABEL_KEYS = ("segment", "surface", "variant", "model")
+
+
+@dataclass(frozen=True)
+class LoadedBaseline:
+    """One baseline file as served: its name (the ``baseline`` label), age reference and rows."""
+
+    name: str
+    path: Path
+    created: float  # epoch seconds the baseline was computed (file ``created``; mtime when absent)
+    model: str | None
+    variant: str | None
+    rows: tuple[tuple[Mapping[str, str], SeriesValues], ...]  # raw labels -> values, overall first
+
+
+def baseline_name(path: Path) -> str:
+    """The ``baseline`` label of a file: its file name (bounded by configuration, stable across reloads)."""
+    return path.name
+
+
+def parse_baseline(data: bytes, *, path: Path, mtime: float) -> LoadedBaseline:
+    """Parse and validate a baseline file's bytes. Raises ``ValueError`` naming what is wrong."""
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: a baseline file is a JSON object")
+    if doc.get("format") != BASELINE_FORMAT:
+        raise ValueError(f"{path}: format is {doc.get('format')!r}, expected {BASELINE_FORMAT!r}")
+    result = doc.get("result")
+    if not isinstance(result, dict) or not isinstance(result.get("overall"), dict):
+        raise ValueError(f"{path}: missing result.overall")
+    slices = result.get("slices", [])
+    if not isinstance(slices, list) or not all(isinstance(s, dict) for s in slices):
+        raise ValueError(f"{path}: result.slices must be a list of objects")
+    model = doc.get("model") if isinstance(doc.get("model"), str) else None
+    variant = doc.get("variant") if isinstance(doc.get("variant"), str) else None
+    rows = [(_labels({}, variant), _values(result["overall"], path))]
+    for entry in slices:
+        rows.append((_labels(entry, variant), _values(entry, path)))
+    return LoadedBaseline(
+        name=baseline_name(path),
+        path=path,
+        created=_created(doc.get("created"), mtime),
+        model=model,
+        variant=variant,
+        rows=tuple(rows),
+    )
+
+
+def _labels(entry: Mapping[str, Any], file_variant: str | None) -> dict[str, str]:
+    labels = {k: str(entry[k]) for k in ("segment", "surface", "variant") if k in entry}
+    if "variant" not in labels and file_variant is not None:
+        labels["variant"] = file_variant
+    return labels
+
+
+def _values(entry: Mapping[str, Any], path: Path) -> SeriesValues:
+    requests = entry.get("requests")
+    if not isinstance(requests, int) or isinstance(requests, bool) or requests < 0:
+        raise ValueError(f"{path}: a slice without a valid request count")
+    metrics: dict[str, float | None] = {}
+    for key, value in entry.items():
+        if key in _COUNT_KEYS or key in _LABEL_KEYS or key.startswith("_"):
+            continue
+        if value is None:
+            metrics[key] = None
+        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            metrics[key] = float(value)
+        elif isinstance(value, int | float | str | bool | dict | list):
+            # Extra fields (e.g. error bounds, metadata) are not metrics; they are skipped, not fatal.
+            continue
+    return SeriesValues(requests=requests, metrics=metrics)
+
+
+def _created(value: Any, mtime: float) -> float:
+    if isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return mtime
+        if when.tzinfo is not None:
+            return when.timestamp()
+    return mtime
+
+
+def load_baseline_file(path: str | os.PathLike[str]) -> LoadedBaseline:
+    """Read one baseline file. Raises ``OSError`` (missing, unreadable) or ``ValueError`` (corrupt)."""
+    p = Path(path)
+    before = p.stat()
+    data = p.read_bytes()
+    after = p.stat()
+    if (before.st_mtime_ns, before.st_size) != (after.st_mtime_ns, after.st_size) or len(
+        data
+    ) != after.st_size:
+        # Being written while we read it: treat as unreadable now; the next poll sees the final version.
+        raise ValueError(f"{p}: changed while being read")
+    return parse_baseline(data, path=p, mtime=after.st_mtime)
+
+
+@dataclass(frozen=True)
+class _FileStamp:
+    mtime_ns: int
+    size: int
+    inode: int
+
+
+class BaselineWatcher:
+    """Keeps the baselines of ``paths`` loaded into a :class:`MetricsState` and reloads changed files.
+
+    :meth:`reload` is what the APScheduler job calls; it is safe to call from any thread (one reload at
+    a time). The order of ``paths`` decides which file wins when two give the same label set.
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], state: MetricsState) -> None:
+        self.paths = [Path(p) for p in paths]
+        names = [baseline_name(p) for p in self.paths]
+        if len(set(names)) != len(names):
+            raise ValueError("baseline files must have distinct file names (the name is the series label)")
+        self._state = state
+        self._lock = threading.Lock()
+        self._stamps: dict[Path, _FileStamp | None] = {}
+        self._loaded: dict[Path, LoadedBaseline] = {}
+        self.last_errors: dict[str, str] = {}
+
+    def load_initial(self, *, strict: bool = False) -> None:
+        """First load. With ``strict``, a missing or corrupt file raises instead of being reported."""
+        with self._lock:
+            for path in self.paths:
+                ok = self._load(path, _stamp(path))
+                if strict and not ok:
+                    raise ValueError(self.last_errors[baseline_name(path)])
+            self._publish()
+
+    def reload(self) -> bool:
+        """Re-read files whose stamp changed; returns True when the served baselines changed."""
+        with self._lock:
+            changed = False
+            for path in self.paths:
+                stamp = _stamp(path)
+                if path in self._stamps and stamp == self._stamps[path]:
+                    continue
+                if self._load(path, stamp):
+                    changed = True
+            if changed:
+                self._publish()
+            return changed
+
+    def _load(self, path: Path, stamp: _FileStamp | None) -> bool:
+        name = baseline_name(path)
+        self._stamps[path] = stamp
+        try:
+            if stamp is None:
+                raise FileNotFoundError(f"{path}: no such file")
+            baseline = load_baseline_file(path)
+        except (OSError, ValueError) as e:
+            self.last_errors[name] = str(e)
+            log.warning("baseline %s not (re)loaded, keeping the previous one: %s", name, e)
+            self._state.record_baseline_load(name, ok=False)
+            return False
+        self._loaded[path] = baseline
+        self.last_errors.pop(name, None)
+        self._state.record_baseline_load(name, ok=True)
+        return True
+
+    def _publish(self) -> None:
+        self._state.set_baselines([self._loaded[p] for p in self.paths if p in self._loaded])
+
+
+def _stamp(path: Path) -> _FileStamp | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _FileStamp(st.st_mtime_ns, st.st_size, st.st_ino)

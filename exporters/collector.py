@@ -1,0 +1,265 @@
+"""The prometheus-client custom collector of rankwatch.
+
+``collect()`` takes one :class:`exporters.state.Snapshot` (a reference copied under the state's lock) and
+only reads it: no metric is updated here. The large families (quality, drift, sample sizes, cumulative
+parts) are tuples of ready ``Sample`` objects built when the data changed, so a scrape costs little more
+than the text formatting itself. Two time-dependent gauges are computed from the snapshot and the clocks:
+the watermark delay (event-time clock) and the baseline age (wall clock).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Sample
+
+from exporters import names
+from exporters.state import MetricsState, Snapshot
+from pipeline.clock import Clock
+
+
+class WallClock:
+    """``pipeline.clock.Clock`` reading the system time (the pipeline itself never does)."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def _family(name: str, documentation: str, typ: str, samples: list[Sample] | tuple[Sample, ...]) -> Metric:
+    metric = Metric(name, documentation, typ)
+    metric.samples = samples  # type: ignore[assignment]  # a tuple iterates like the list it expects
+    return metric
+
+
+class RankwatchCollector(Collector):
+    """Yields every rankwatch family from one snapshot of a :class:`MetricsState`.
+
+    Parameters
+    ----------
+    event_clock
+        The clock the watermark is compared with (wall clock in the service, the accelerated clock in the
+        demo): ``rankwatch_watermark_delay_seconds = event_clock.now() - watermark``.
+    wall_clock
+        Seconds since the epoch for ``rankwatch_baseline_age_seconds``.
+    """
+
+    def __init__(
+        self,
+        state: MetricsState,
+        *,
+        event_clock: Clock | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._state = state
+        self._event_clock: Clock = event_clock or WallClock()
+        self._wall = wall_clock
+
+    def describe(self) -> list[Metric]:
+        # Nothing to pre-register: the families are dynamic and unique to this collector.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._state.snapshot()
+        yield from _ranking_families(snap)
+        yield from self._health_families(snap)
+
+    def _health_families(self, snap: Snapshot) -> Iterator[Metric]:
+        h = snap.health
+        yield _family(
+            names.EVENTS,
+            "Events by stream and outcome (accepted, duplicate, rejected, orphan, late).",
+            "counter",
+            [
+                Sample(names.EVENTS + "_total", {"stream": s, "outcome": o}, float(n))
+                for (s, o), n in sorted(h.events.items())
+            ],
+        )
+        yield _family(
+            names.REJECTED_EVENTS,
+            "Rejected events by stream and reason code.",
+            "counter",
+            [
+                Sample(names.REJECTED_EVENTS + "_total", {"stream": s, "reason": r}, float(n))
+                for (s, r), n in sorted(h.rejects.items())
+            ],
+        )
+        yield _family(
+            names.CONSUMER_LAG,
+            "Messages behind the high watermark per topic partition.",
+            "gauge",
+            [
+                Sample(names.CONSUMER_LAG, {"topic": t, "partition": str(p)}, float(n))
+                for (t, p), n in sorted(snap.consumer_lag.items())
+            ],
+        )
+        delay: list[Sample] = []
+        if h.watermark_ms is not None:
+            now_ms = self._event_clock.now().timestamp() * 1000.0
+            delay.append(Sample(names.WATERMARK_DELAY, {}, max(now_ms - h.watermark_ms, 0.0) / 1000.0))
+        yield _family(
+            names.WATERMARK_DELAY, "Event-time clock minus the event-time watermark.", "gauge", delay
+        )
+        yield _family(
+            names.PENDING_REQUESTS,
+            "Requests waiting to be finalized.",
+            "gauge",
+            [Sample(names.PENDING_REQUESTS, {}, float(h.pending_requests))],
+        )
+        if h.pending_requests_limit is not None:
+            yield _family(
+                names.PENDING_REQUESTS_LIMIT,
+                "Cap on pending requests (oldest finalized early beyond it).",
+                "gauge",
+                [Sample(names.PENDING_REQUESTS_LIMIT, {}, float(h.pending_requests_limit))],
+            )
+        yield _family(
+            names.PENDING_ITEMS,
+            "Items of the pending requests.",
+            "gauge",
+            [Sample(names.PENDING_ITEMS, {}, float(h.pending_items))],
+        )
+        yield _family(
+            names.REQUESTS_EVICTED,
+            "Requests finalized early because the pending cap was reached.",
+            "counter",
+            [Sample(names.REQUESTS_EVICTED + "_total", {}, float(h.evicted_requests))],
+        )
+        yield _family(
+            names.LABEL_VALUES,
+            "Distinct values admitted per slice label.",
+            "gauge",
+            [Sample(names.LABEL_VALUES, {"label": k}, float(v)) for k, v in sorted(h.label_values.items())],
+        )
+        if h.label_values_limit is not None:
+            yield _family(
+                names.LABEL_VALUES_LIMIT,
+                "Cap on distinct values per slice label.",
+                "gauge",
+                [Sample(names.LABEL_VALUES_LIMIT, {}, float(h.label_values_limit))],
+            )
+        yield _family(
+            names.LABEL_OVERFLOW,
+            "Events whose label value was folded into __other__ by the stream's cap.",
+            "counter",
+            [
+                Sample(names.LABEL_OVERFLOW + "_total", {"label": k}, float(v))
+                for k, v in sorted(h.label_overflow.items())
+            ],
+        )
+        yield _family(
+            names.EXPORTER_LABEL_OVERFLOW,
+            "Slices folded into __other__ by the exporter's own label cap.",
+            "counter",
+            [
+                Sample(names.EXPORTER_LABEL_OVERFLOW + "_total", {"label": k}, float(v))
+                for k, v in sorted(snap.exporter_overflow.items())
+            ],
+        )
+        now = self._wall()
+        yield _family(
+            names.BASELINE_AGE,
+            "Seconds since the served baseline was computed.",
+            "gauge",
+            [
+                Sample(names.BASELINE_AGE, {"baseline": b.name}, max(now - b.created, 0.0))
+                for b in snap.baselines
+            ],
+        )
+        yield _family(
+            names.BASELINE_LOAD_ERRORS,
+            "Failed baseline loads (corrupt, half written or missing file).",
+            "counter",
+            [
+                Sample(names.BASELINE_LOAD_ERRORS + "_total", {"baseline": k}, float(v))
+                for k, v in sorted(snap.baseline_errors.items())
+            ],
+        )
+        yield _family(
+            names.BASELINE_LOADED,
+            "1 when the baseline file on disk is the one served, 0 after a failed load.",
+            "gauge",
+            [
+                Sample(names.BASELINE_LOADED, {"baseline": k}, 1.0 if v else 0.0)
+                for k, v in sorted(snap.baseline_loaded.items())
+            ],
+        )
+        yield _family(
+            names.BASELINE_SLICES,
+            "Slices (overall included) served from each baseline file.",
+            "gauge",
+            [
+                Sample(names.BASELINE_SLICES, {"baseline": k}, float(v))
+                for k, v in sorted(snap.baseline_slices.items())
+            ],
+        )
+        yield _family(
+            names.LAST_PUBLISH_TIMESTAMP,
+            "Wall-clock time of the last window publication per window size.",
+            "gauge",
+            [
+                Sample(names.LAST_PUBLISH_TIMESTAMP, {"window": k}, v)
+                for k, v in sorted(snap.last_publish.items())
+            ],
+        )
+        yield _family(
+            names.WINDOWS_PUBLISHED,
+            "Windows published per window size.",
+            "counter",
+            [
+                Sample(names.WINDOWS_PUBLISHED + "_total", {"window": k}, float(v))
+                for k, v in sorted(snap.windows_published.items())
+            ],
+        )
+        yield _family(
+            names.BUILD_INFO,
+            "rankwatch version; always 1.",
+            "gauge",
+            [Sample(names.BUILD_INFO, {"version": snap.version_label}, 1.0)],
+        )
+
+
+def _ranking_families(snap: Snapshot) -> Iterator[Metric]:
+    yield _family(
+        names.RANKING_QUALITY,
+        "Ranking quality per metric and slice: online = last published window, offline = baseline file.",
+        "gauge",
+        snap.quality,
+    )
+    yield _family(
+        names.RANKING_QUALITY_DRIFT,
+        "Online minus offline quality, for slices and metrics present on both sides.",
+        "gauge",
+        snap.drift,
+    )
+    yield _family(
+        names.RANKING_REQUESTS, "Requests behind each quality value (sample size).", "gauge", snap.requests
+    )
+    yield _family(
+        names.DRIFT_UNMATCHED_SLICES,
+        "Slices present on one side only (no drift computed for them).",
+        "gauge",
+        snap.unmatched,
+    )
+    yield _family(
+        names.RANKING_METRIC,
+        "Cumulative per-request metric sums and counts of finalized requests (fleet-exact means via rate).",
+        "summary",
+        snap.summary,
+    )
+    yield _family(
+        names.FINALIZED_REQUESTS,
+        "Finalized requests per slice (from the smallest window).",
+        "counter",
+        snap.finalized,
+    )
+
+
+def build_registry(state: MetricsState, *, event_clock: Clock | None = None) -> CollectorRegistry:
+    """A registry holding only the rankwatch collector (no process/platform collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RankwatchCollector(state, event_clock=event_clock))
+    return registry

@@ -1,0 +1,197 @@
+"""HTTP endpoint: ``/metrics`` (prometheus-client exposition), ``/healthz`` (liveness), ``/readyz`` (readiness).
+
+Optional TLS (certificate and key files) and HTTP basic auth. Basic auth protects ``/metrics`` only:
+orchestrator probes usually cannot send credentials, and the probes reveal nothing but "ok". Credentials
+are compared in constant time. Each request is served on its own thread (the server's accept loop runs on
+one background thread); :meth:`MetricsServer.stop` shuts it down and closes the socket.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import make_wsgi_app
+from prometheus_client.registry import CollectorRegistry
+
+DEFAULT_BIND = "127.0.0.1"
+DEFAULT_PORT = 9108
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    certfile: str
+    keyfile: str
+
+
+@dataclass(frozen=True)
+class BasicAuth:
+    username: str
+    password: str = ""
+
+    def __repr__(self) -> str:  # never print the password
+        return f"BasicAuth(username={self.username!r}, password='***')"
+
+    def accepts(self, header: str | None) -> bool:
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        user, sep, password = decoded.partition(":")
+        if not sep:
+            return False
+        ok_user = hmac.compare_digest(user.encode(), self.username.encode())
+        ok_password = hmac.compare_digest(password.encode(), self.password.encode())
+        return ok_user and ok_password
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that fails the TLS handshake or hangs up mid-response is not the exporter's error.
+        pass
+
+
+class _ThreadingWSGIServerV6(_ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = 30  # seconds a connection may stay silent
+
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(self.timeout)
+            self.request.do_handshake()
+        super().setup()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        pass
+
+
+def _text(
+    start_response: StartResponse, status: str, body: bytes, headers: list[tuple[str, str]] | None = None
+) -> list[bytes]:
+    start_response(
+        status,
+        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))), *(headers or [])],
+    )
+    return [body]
+
+
+def exporter_app(
+    registry: CollectorRegistry, *, auth: BasicAuth | None = None, ready: Callable[[], bool] = lambda: True
+) -> WSGIApp:
+    """The WSGI application: routes, basic auth on ``/metrics``, readiness from ``ready()``."""
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/healthz":
+            return _text(start_response, "200 OK", b"ok\n")
+        if path == "/readyz":
+            if ready():
+                return _text(start_response, "200 OK", b"ready\n")
+            return _text(start_response, "503 Service Unavailable", b"not ready\n")
+        if path in ("/metrics", "/"):
+            if auth is not None and not auth.accepts(environ.get("HTTP_AUTHORIZATION")):
+                return _text(
+                    start_response,
+                    "401 Unauthorized",
+                    b"authentication required\n",
+                    [("WWW-Authenticate", 'Basic realm="rankwatch"')],
+                )
+            environ = {**environ, "PATH_INFO": "/metrics"}
+            return metrics_app(environ, start_response)
+        return _text(start_response, "404 Not Found", b"not found\n")
+
+    return app
+
+
+class MetricsServer:
+    """The exporter's HTTP(S) server on a background thread.
+
+    ``port=0`` picks a free port; :attr:`port` tells which one after :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        bind: str = DEFAULT_BIND,
+        port: int = DEFAULT_PORT,
+        tls: TLSConfig | None = None,
+        auth: BasicAuth | None = None,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._app = exporter_app(registry, auth=auth, ready=ready)
+        self.bind = bind
+        self.port = port
+        self.tls = tls
+        self._server: _ThreadingWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        host = f"[{self.bind}]" if ":" in self.bind else self.bind
+        return f"{scheme}://{host}:{self.port}"
+
+    def start(self) -> MetricsServer:
+        """Bind and serve. Raises ``OSError`` when the address is taken, ``ssl.SSLError``/``OSError`` on bad TLS files."""
+        context = None
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.load_cert_chain(self.tls.certfile, self.tls.keyfile)
+        server_class = _ThreadingWSGIServerV6 if ":" in self.bind else _ThreadingWSGIServer
+        server = make_server(
+            self.bind, self.port, self._app, server_class=server_class, handler_class=_QuietHandler
+        )
+        if context is not None:
+            # Handshake on the request's own thread (see _QuietHandler.setup), not in the accept loop, so a
+            # client that connects and stalls cannot block other scrapes.
+            server.socket = context.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
+        self.port = int(server.server_address[1])
+        self._server = server  # type: ignore[assignment]
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="rankwatch-exporter-http",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; idempotent."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,49 @@
+"""Prometheus family names and label sets (SPEC section 5 and docs/architecture.md "Prometheus names").
+
+Dashboards, alert rules and tests rely on these exact strings; they are kept in one place so a rename is a
+deliberate, reviewed change. Counter family names are given without the ``_total`` suffix, as
+prometheus-client's ``Metric`` expects; the exposed sample name adds it.
+"""
+
+from __future__ import annotations
+
+SLICE_LABEL_NAMES: tuple[str, str, str] = ("segment", "surface", "variant")
+
+# SPEC section 5
+RANKING_QUALITY = "rankwatch_ranking_quality"  # gauge {metric, source, window, segment, surface, variant}
+RANKING_QUALITY_DRIFT = "rankwatch_ranking_quality_drift"  # gauge {metric, window, segment, surface, variant}
+RANKING_REQUESTS = "rankwatch_ranking_requests"  # gauge {source, window, segment, surface, variant}
+EVENTS = "rankwatch_events"  # counter {stream, outcome}
+
+# Fleet-exact cumulative parts, fed from the smallest window
+RANKING_METRIC = "rankwatch_ranking_metric"  # summary {metric, segment, surface, variant}: _sum, _count
+FINALIZED_REQUESTS = "rankwatch_finalized_requests"  # counter {segment, surface, variant}
+
+# Health (docs/architecture.md)
+REJECTED_EVENTS = "rankwatch_rejected_events"  # counter {stream, reason}
+CONSUMER_LAG = "rankwatch_consumer_lag"  # gauge {topic, partition}
+WATERMARK_DELAY = "rankwatch_watermark_delay_seconds"  # gauge
+PENDING_REQUESTS = "rankwatch_pending_requests"  # gauge
+PENDING_REQUESTS_LIMIT = "rankwatch_pending_requests_limit"  # gauge
+PENDING_ITEMS = "rankwatch_pending_items"  # gauge
+REQUESTS_EVICTED = "rankwatch_requests_evicted"  # counter
+LABEL_VALUES = "rankwatch_label_values"  # gauge {label}
+LABEL_VALUES_LIMIT = "rankwatch_label_values_limit"  # gauge
+LABEL_OVERFLOW = "rankwatch_label_overflow"  # counter {label}
+BASELINE_AGE = "rankwatch_baseline_age_seconds"  # gauge {baseline}
+BASELINE_LOAD_ERRORS = "rankwatch_baseline_load_errors"  # counter {baseline}
+LAST_PUBLISH_TIMESTAMP = "rankwatch_last_publish_timestamp_seconds"  # gauge {window}
+WINDOWS_PUBLISHED = "rankwatch_windows_published"  # counter {window}
+BUILD_INFO = "rankwatch_build_info"  # gauge {version} = 1
+
+# Additions of the exporter (documented in docs/exporter.md)
+DRIFT_UNMATCHED_SLICES = "rankwatch_drift_unmatched_slices"  # gauge {window, only_in}
+BASELINE_LOADED = "rankwatch_baseline_loaded"  # gauge {baseline}: 1 = file on disk is the one served
+BASELINE_SLICES = "rankwatch_baseline_slices"  # gauge {baseline}: slices exposed from that file
+EXPORTER_LABEL_OVERFLOW = (
+    "rankwatch_exporter_label_overflow"  # counter {label}: slices folded by the exporter
+)
+
+SOURCE_ONLINE = "online"
+SOURCE_OFFLINE = "offline"
+BASELINE_WINDOW = "baseline"

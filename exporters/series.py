@@ -1,0 +1,71 @@
+"""Series values of one published window or baseline, and the drift between them.
+
+These are plain data (label set -> metric -> value); :mod:`exporters.state` turns them into Prometheus
+samples once per update, so a scrape only copies references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from exporters.folding import LabelSet
+from pipeline.aggregates import RankingAggregate
+
+Value = float | None
+
+
+@dataclass(frozen=True)
+class SeriesValues:
+    """What one slice shows: its sample size and each metric's value (None where undefined)."""
+
+    requests: int
+    metrics: Mapping[str, Value]
+
+    @classmethod
+    def of(cls, agg: RankingAggregate) -> SeriesValues:
+        values = agg.values()
+        metrics: dict[str, Value] = {}
+        for name in agg.options.metric_names:
+            v = values.get(name)
+            metrics[name] = None if v is None else float(v)
+        return cls(requests=agg.requests, metrics=metrics)
+
+
+@dataclass(frozen=True)
+class DriftResult:
+    """Drift of one online window against the offline baselines.
+
+    ``values[(labels, metric)] = online - offline`` for every label set and metric with a value on both
+    sides. ``online_only`` / ``offline_only`` list the label sets present on one side only (online
+    roll-ups are not counted: they are extras, not slices a baseline is expected to have).
+    """
+
+    values: Mapping[tuple[LabelSet, str], float]
+    online_only: tuple[LabelSet, ...]
+    offline_only: tuple[LabelSet, ...]
+
+
+def drift(
+    online: Mapping[LabelSet, SeriesValues],
+    online_primary: frozenset[LabelSet],
+    offline: Mapping[LabelSet, SeriesValues],
+) -> DriftResult:
+    """Online minus offline for every slice and metric present on both sides; nothing is invented.
+
+    .. math:: drift_{m,s} = q^{online}_{m,s} - q^{offline}_{m,s}
+
+    A metric undefined on either side (e.g. AUC of a one-class slice) has no drift value.
+    """
+    values: dict[tuple[LabelSet, str], float] = {}
+    for labels, on in online.items():
+        off = offline.get(labels)
+        if off is None:
+            continue
+        for metric, v_on in on.metrics.items():
+            v_off = off.metrics.get(metric)
+            if v_on is not None and v_off is not None:
+                values[(labels, metric)] = v_on - v_off
+    online_only = tuple(sorted(lbl for lbl in online_primary if lbl not in offline))
+    offline_only = tuple(sorted(lbl for lbl in offline if lbl not in online))
+    return DriftResult(values=values, online_only=online_only, offline_only=offline_only)

@@ -1,0 +1,349 @@
+"""The exporter's state: published windows, baselines, cumulative parts and health, behind one lock.
+
+Writers (the stream's owner, the Kafka consumer, scheduler jobs) call the ``set_*`` / ``publish_window``
+methods; each update rebuilds the affected Prometheus samples once, under the lock, as immutable tuples.
+:meth:`MetricsState.snapshot` hands out references to those tuples, so a scrape copies nothing large,
+never waits on a rebuild for long, and every value of one scrape comes from one consistent state (no
+torn reads: a window's values and its drift are replaced together).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from prometheus_client.samples import Sample
+
+from exporters import names
+from exporters.baselines import LoadedBaseline
+from exporters.folding import OVERALL_LABELS, ExporterLabelCapper, LabelSet, group_by_labels, rollups
+from exporters.health import HealthFigures, health_from_stats
+from exporters.series import DriftResult, SeriesValues, drift
+from pipeline.published import PublishedWindow
+from pipeline.slicing import ALL_VALUE
+
+_SEEN_IDENTITIES = 100_000  # republication memory; old identities are forgotten first
+
+
+def window_seconds(label: str) -> float:
+    """``"5m"`` -> 300.0; units s, m, h, d. Used to order window sizes."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return float(label[:-1]) * units[label[-1]]
+    except (KeyError, ValueError, IndexError):
+        raise ValueError(f"window size {label!r} is not like 30s, 5m, 1h or 1d") from None
+
+
+@dataclass(frozen=True)
+class OnlineWindow:
+    """The last published window of one size (all partitions of that start merged)."""
+
+    window: str
+    start: datetime
+    end: datetime
+    series: Mapping[LabelSet, SeriesValues]
+    primary: frozenset[LabelSet]  # slices and overall, not roll-ups
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a scrape or a terminal view needs, consistent with itself."""
+
+    version: int
+    quality: tuple[Sample, ...]
+    drift: tuple[Sample, ...]
+    requests: tuple[Sample, ...]
+    unmatched: tuple[Sample, ...]
+    summary: tuple[Sample, ...]
+    finalized: tuple[Sample, ...]
+    health: HealthFigures
+    consumer_lag: Mapping[tuple[str, int], int]
+    windows_published: Mapping[str, int]
+    last_publish: Mapping[str, float]
+    baselines: tuple[LoadedBaseline, ...]
+    baseline_errors: Mapping[str, int]
+    baseline_loaded: Mapping[str, bool]
+    baseline_slices: Mapping[str, int]
+    exporter_overflow: Mapping[str, int]
+    online: Mapping[str, OnlineWindow]
+    offline: Mapping[LabelSet, SeriesValues]
+    drifts: Mapping[str, DriftResult]
+    version_label: str
+    label_values_limit: int | None
+
+
+@dataclass
+class _Cumulative:
+    """Fleet-exact cumulative parts of one label set: per metric (sum, count), finalized requests."""
+
+    sums: dict[str, list[float]] = field(default_factory=dict)  # metric -> [sum, count]
+    requests: int = 0
+
+
+class MetricsState:
+    """Thread-safe store behind the Prometheus collector.
+
+    Parameters
+    ----------
+    windows
+        Online window sizes in use; the smallest feeds the cumulative ``rankwatch_ranking_metric`` summary
+        and ``rankwatch_finalized_requests_total`` (each finalized request is counted once).
+    max_label_values
+        The exporter's own cap per label (a last defence behind the stream's cap; keep it at or above it).
+    wall_clock
+        Seconds since the epoch, for publish timestamps and baseline ages (wall time, because Prometheus
+        compares them with ``time()``).
+    """
+
+    def __init__(
+        self,
+        *,
+        windows: Iterable[str] = ("5m", "1h"),
+        max_label_values: int = 100,
+        pending_requests_limit: int | None = None,
+        label_values_limit: int | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        version: str = "0",
+    ) -> None:
+        sizes = sorted(set(windows), key=window_seconds)
+        if not sizes:
+            raise ValueError("at least one window size is needed")
+        self.summary_window = sizes[0]
+        self._wall = wall_clock
+        self._lock = threading.Lock()
+        self._capper = ExporterLabelCapper(max_label_values)
+        self._version_label = version
+        self._pending_limit = pending_requests_limit
+        self._label_limit = label_values_limit
+        self._seen: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+        self._parts: dict[str, tuple[datetime, dict[tuple[int, ...], PublishedWindow]]] = {}
+        self._online: dict[str, OnlineWindow] = {}
+        self._offline: dict[LabelSet, SeriesValues] = {}
+        self._baselines: tuple[LoadedBaseline, ...] = ()
+        self._baseline_errors: dict[str, int] = {}
+        self._baseline_loaded: dict[str, bool] = {}
+        self._baseline_slices: dict[str, int] = {}
+        self._cumulative: dict[LabelSet, _Cumulative] = {}
+        self._windows_published: dict[str, int] = {}
+        self._last_publish: dict[str, float] = {}
+        self._health = HealthFigures(
+            pending_requests_limit=pending_requests_limit, label_values_limit=label_values_limit
+        )
+        self._lag: dict[tuple[str, int], int] = {}
+        self._version = 0
+        self._drifts: dict[str, DriftResult] = {}
+        self._quality: tuple[Sample, ...] = ()
+        self._requests: tuple[Sample, ...] = ()
+        self._drift: tuple[Sample, ...] = ()
+        self._unmatched: tuple[Sample, ...] = ()
+        self._summary: tuple[Sample, ...] = ()
+        self._finalized: tuple[Sample, ...] = ()
+        self._snapshot = self._build_snapshot_locked()
+
+    # -- writers ---------------------------------------------------------------------------------------
+    def publish_window(self, pw: PublishedWindow) -> bool:
+        """Take a published window; returns False for a republication already seen (same or older revision).
+
+        The online gauges show the latest window start of each size; windows of the same start from other
+        partitions are merged into it; an older start only feeds the cumulative counters.
+        """
+        with self._lock:
+            identity = pw.identity
+            seen_revision = self._seen.get(identity)
+            if seen_revision is not None and pw.revision <= seen_revision:
+                return False
+            self._seen[identity] = pw.revision
+            self._seen.move_to_end(identity)
+            while len(self._seen) > _SEEN_IDENTITIES:
+                self._seen.popitem(last=False)
+            self._windows_published[pw.window] = self._windows_published.get(pw.window, 0) + 1
+            self._last_publish[pw.window] = self._wall()
+            if seen_revision is None and pw.window == self.summary_window:
+                self._add_cumulative(pw)
+                self._summary, self._finalized = self._cumulative_samples()
+            current = self._parts.get(pw.window)
+            if current is None or pw.start > current[0]:
+                self._parts[pw.window] = (pw.start, {pw.partitions: pw})
+            elif pw.start == current[0]:
+                current[1][pw.partitions] = pw
+            else:
+                self._snapshot = self._build_snapshot_locked()
+                return True
+            self._online[pw.window] = self._online_window(pw.window)
+            self._rebuild_series()
+            self._snapshot = self._build_snapshot_locked()
+            return True
+
+    def set_stream_stats(self, stats: Any) -> None:
+        """Copy the health figures of a ``StreamStats`` (or take a ready :class:`HealthFigures`)."""
+        figures = (
+            stats
+            if isinstance(stats, HealthFigures)
+            else health_from_stats(
+                stats, pending_requests_limit=self._pending_limit, label_values_limit=self._label_limit
+            )
+        )
+        with self._lock:
+            self._health = figures
+            self._snapshot = self._build_snapshot_locked()
+
+    def set_consumer_lag(self, lag: Mapping[tuple[str, int], int]) -> None:
+        """Messages behind the high watermark per ``(topic, partition)``; replaces the previous figures."""
+        with self._lock:
+            self._lag = {(str(t), int(p)): int(n) for (t, p), n in lag.items()}
+            self._snapshot = self._build_snapshot_locked()
+
+    def set_baselines(self, baselines: Iterable[LoadedBaseline]) -> None:
+        """Replace the served baselines. Where two files give one label set, the first one listed wins."""
+        with self._lock:
+            self._baselines = tuple(baselines)
+            self._offline = {}
+            self._baseline_slices = {}
+            for baseline in self._baselines:
+                exposed = 0
+                for raw, values in baseline.rows:
+                    labels = (
+                        self._capper.cap_value("segment", raw.get("segment", ALL_VALUE)),
+                        self._capper.cap_value("surface", raw.get("surface", ALL_VALUE)),
+                        self._capper.cap_value("variant", raw.get("variant", ALL_VALUE)),
+                    )
+                    if labels not in self._offline:
+                        self._offline[labels] = values
+                        exposed += 1
+                self._baseline_slices[baseline.name] = exposed
+                self._baseline_loaded.setdefault(baseline.name, True)
+            self._rebuild_series()
+            self._snapshot = self._build_snapshot_locked()
+
+    def record_baseline_load(self, name: str, *, ok: bool) -> None:
+        """Note a load attempt of baseline ``name``; a failure counts in ``..._load_errors_total``."""
+        with self._lock:
+            self._baseline_loaded[name] = ok
+            if not ok:
+                self._baseline_errors[name] = self._baseline_errors.get(name, 0) + 1
+            else:
+                self._baseline_errors.setdefault(name, 0)
+            self._snapshot = self._build_snapshot_locked()
+
+    # -- readers ---------------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The current consistent snapshot (immutable; safe to read without the lock)."""
+        with self._lock:
+            return self._snapshot
+
+    # -- internals (lock held) ------------------------------------------------------------------------
+    def _add_cumulative(self, pw: PublishedWindow) -> None:
+        pairs = [(OVERALL_LABELS, pw.overall)]
+        pairs += list(group_by_labels(pw.slices.items(), self._capper).items())
+        for labels, agg in pairs:
+            cum = self._cumulative.setdefault(labels, _Cumulative())
+            cum.requests += agg.requests
+            for metric, s in agg.sums.items():
+                acc = cum.sums.setdefault(metric, [0.0, 0.0])
+                acc[0] += s.total
+                acc[1] += s.count
+
+    def _online_window(self, window: str) -> OnlineWindow:
+        start, parts = self._parts[window]
+        windows = list(parts.values())
+        slices = group_by_labels(((k, a) for w in windows for k, a in w.slices.items()), self._capper)
+        overall = group_by_labels((((), w.overall) for w in windows), self._capper)[OVERALL_LABELS]
+        primary = frozenset([*slices, OVERALL_LABELS])
+        series = {labels: SeriesValues.of(agg) for labels, agg in slices.items()}
+        series[OVERALL_LABELS] = SeriesValues.of(overall)
+        for labels, agg in rollups(slices).items():
+            series[labels] = SeriesValues.of(agg)
+        return OnlineWindow(window=window, start=start, end=windows[0].end, series=series, primary=primary)
+
+    def _rebuild_series(self) -> None:
+        self._drifts = {w: drift(ow.series, ow.primary, self._offline) for w, ow in self._online.items()}
+        self._quality, self._requests = self._quality_samples()
+        self._drift, self._unmatched = _drift_samples(self._drifts)
+
+    def _build_snapshot_locked(self) -> Snapshot:
+        self._version += 1
+        return Snapshot(
+            version=self._version,
+            quality=self._quality,
+            drift=self._drift,
+            requests=self._requests,
+            unmatched=self._unmatched,
+            summary=self._summary,
+            finalized=self._finalized,
+            health=self._health,
+            consumer_lag=dict(self._lag),
+            windows_published=dict(self._windows_published),
+            last_publish=dict(self._last_publish),
+            baselines=self._baselines,
+            baseline_errors=dict(self._baseline_errors),
+            baseline_loaded=dict(self._baseline_loaded),
+            baseline_slices=dict(self._baseline_slices),
+            exporter_overflow=dict(self._capper.overflow),
+            online=dict(self._online),
+            offline=dict(self._offline),
+            drifts=dict(self._drifts),
+            version_label=self._version_label,
+            label_values_limit=self._health.label_values_limit,
+        )
+
+    def _quality_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
+        quality: list[Sample] = []
+        requests: list[Sample] = []
+        sources: list[tuple[str, str, Mapping[LabelSet, SeriesValues]]] = [
+            (names.SOURCE_ONLINE, w, ow.series) for w, ow in sorted(self._online.items())
+        ]
+        sources.append((names.SOURCE_OFFLINE, names.BASELINE_WINDOW, self._offline))
+        for source, window, series in sources:
+            for (segment, surface, variant), values in sorted(series.items()):
+                base = {
+                    "source": source,
+                    "window": window,
+                    "segment": segment,
+                    "surface": surface,
+                    "variant": variant,
+                }
+                requests.append(Sample(names.RANKING_REQUESTS, base, float(values.requests)))
+                for metric, value in values.metrics.items():
+                    if value is not None:
+                        quality.append(Sample(names.RANKING_QUALITY, {"metric": metric, **base}, value))
+        return tuple(quality), tuple(requests)
+
+    def _cumulative_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
+        summary: list[Sample] = []
+        finalized: list[Sample] = []
+        sum_name, count_name = names.RANKING_METRIC + "_sum", names.RANKING_METRIC + "_count"
+        for (segment, surface, variant), cum in sorted(self._cumulative.items()):
+            base = {"segment": segment, "surface": surface, "variant": variant}
+            finalized.append(Sample(names.FINALIZED_REQUESTS + "_total", base, float(cum.requests)))
+            for metric, (total, count) in cum.sums.items():
+                labels = {"metric": metric, **base}
+                summary.append(Sample(sum_name, labels, total))
+                summary.append(Sample(count_name, labels, count))
+        return tuple(summary), tuple(finalized)
+
+
+def _drift_samples(drifts: Mapping[str, DriftResult]) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
+    out: list[Sample] = []
+    unmatched: list[Sample] = []
+    for window, result in sorted(drifts.items()):
+        for ((segment, surface, variant), metric), value in sorted(result.values.items()):
+            labels = {
+                "metric": metric,
+                "window": window,
+                "segment": segment,
+                "surface": surface,
+                "variant": variant,
+            }
+            out.append(Sample(names.RANKING_QUALITY_DRIFT, labels, value))
+        for only_in, slices in (("online", result.online_only), ("offline", result.offline_only)):
+            unmatched.append(
+                Sample(
+                    names.DRIFT_UNMATCHED_SLICES, {"window": window, "only_in": only_in}, float(len(slices))
+                )
+            )
+    return tuple(out), tuple(unmatched)

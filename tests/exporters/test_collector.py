@@ -1,0 +1,234 @@
+"""Scrape over HTTP, parse with prometheus_client.parser, compare with the published windows and the baseline."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+from exporter_helpers import (
+    T0,
+    grid_keys,
+    one,
+    parse_exposition,
+    random_window,
+    scrape,
+    select,
+    write_baseline_file,
+)
+
+from exporters.baselines import BaselineWatcher
+from exporters.collector import build_registry
+from exporters.health import HealthFigures
+from exporters.http import MetricsServer
+from exporters.state import MetricsState
+from pipeline.aggregates import RankingAggregate
+from pipeline.clock import ManualClock
+from pipeline.published import PublishedWindow
+from pipeline.slicing import SliceKey
+
+METRICS = ("mrr", "ndcg@5", "ndcg@10", "map@10", "auc_roc", "auc_pr")
+SEGMENTS = ("new_user", "returning", "power")
+SURFACES = ("home_feed", "search")
+
+
+def labels_of(key: SliceKey) -> dict[str, str]:
+    d = dict(key)
+    return {k: d.get(k, "all") for k in ("segment", "surface", "variant")}
+
+
+def sequential_merge(aggs: list[RankingAggregate]) -> RankingAggregate:
+    """Oracle for roll-ups: the kernel's own pairwise merge."""
+    out = aggs[0].copy()
+    for a in aggs[1:]:
+        out.merge(a)
+    return out
+
+
+def assert_series_equal(series: dict, agg: RankingAggregate, **labels: str) -> None:
+    values = agg.values()
+    for metric in METRICS:
+        found = select(series, "rankwatch_ranking_quality", metric=metric, **labels)
+        expected = values[metric]
+        if expected is None:
+            assert not found, f"{metric} {labels}: undefined value must have no sample"
+        else:
+            assert len(found) == 1, (metric, labels)
+            assert next(iter(found.values())) == pytest.approx(expected, abs=1e-12)
+    assert one(series, "rankwatch_ranking_requests", **labels) == agg.requests
+
+
+@pytest.fixture
+def world(tmp_path, free_port) -> Iterator[dict]:
+    rng = np.random.default_rng(7)
+    keys = grid_keys(SEGMENTS, SURFACES)
+    w5 = random_window(rng, keys, window="5m", start=T0)
+    w1h = random_window(rng, keys, window="1h", start=T0)
+    # The baseline covers all slices but one, plus one the online side never saw.
+    base_keys = [k for k in keys if k != keys[-1]] + [(("segment", "gone"), ("surface", "search"))]
+    base = random_window(rng, base_keys, window="1h", start=T0)
+    path = tmp_path / "ranker.json"
+    write_baseline_file(str(path), base.overall, base.slices)
+    clock = ManualClock(datetime(2026, 11, 30, 10, 10, tzinfo=UTC))
+    state = MetricsState(
+        windows=("5m", "1h"), pending_requests_limit=1000, label_values_limit=50, version="9.9"
+    )
+    watcher = BaselineWatcher([path], state)
+    watcher.load_initial(strict=True)
+    state.publish_window(w5)
+    state.publish_window(w1h)
+    state.set_stream_stats(
+        HealthFigures(
+            events={("impressions", "accepted"): 10, ("clicks", "late"): 2},
+            rejects={("impressions", "bad_json"): 3},
+            pending_requests=5,
+            pending_items=40,
+            pending_requests_limit=1000,
+            evicted_requests=1,
+            watermark_ms=int(datetime(2026, 11, 30, 10, 9, tzinfo=UTC).timestamp() * 1000),
+            label_values={"segment": 3},
+            label_overflow={"segment": 4},
+            label_values_limit=50,
+        )
+    )
+    state.set_consumer_lag({("impressions", 0): 12, ("clicks", 1): 0})
+    server = MetricsServer(build_registry(state, event_clock=clock), port=free_port).start()
+    try:
+        yield {"w5": w5, "w1h": w1h, "base": base, "keys": keys, "url": server.url, "state": state}
+    finally:
+        server.stop()
+
+
+def test_online_offline_drift_and_sample_sizes_for_every_slice(world) -> None:
+    series = parse_exposition(scrape(world["url"]))
+    base: PublishedWindow = world["base"]
+    for pw in (world["w5"], world["w1h"]):
+        online = {"source": "online", "window": pw.window}
+        assert_series_equal(series, pw.overall, **online, **labels_of(()))
+        for key, agg in pw.slices.items():
+            assert_series_equal(series, agg, **online, **labels_of(key))
+        # Roll-ups: one segment over all surfaces, one surface over all segments.
+        for seg in SEGMENTS:
+            parts = [a for k, a in pw.slices.items() if dict(k)["segment"] == seg]
+            assert_series_equal(
+                series, sequential_merge(parts), **online, segment=seg, surface="all", variant="all"
+            )
+        for surf in SURFACES:
+            parts = [a for k, a in pw.slices.items() if dict(k)["surface"] == surf]
+            assert_series_equal(
+                series, sequential_merge(parts), **online, segment="all", surface=surf, variant="all"
+            )
+    offline = {"source": "offline", "window": "baseline"}
+    assert_series_equal(series, base.overall, **offline, **labels_of(()))
+    for key, agg in base.slices.items():
+        assert_series_equal(series, agg, **offline, **labels_of(key))
+    # Drift = online - offline for every slice on both sides, every metric with two values.
+    for pw in (world["w5"], world["w1h"]):
+        pairs = [((), pw.overall, base.overall)] + [
+            (k, a, base.slices[k]) for k, a in pw.slices.items() if k in base.slices
+        ]
+        n_drift = 0
+        for key, on, off in pairs:
+            for metric in METRICS:
+                v_on, v_off = on.values()[metric], off.values()[metric]
+                found = select(
+                    series,
+                    "rankwatch_ranking_quality_drift",
+                    metric=metric,
+                    window=pw.window,
+                    **labels_of(key),
+                )
+                if v_on is None or v_off is None:
+                    assert not found
+                else:
+                    n_drift += 1
+                    assert next(iter(found.values())) == pytest.approx(v_on - v_off, abs=1e-12)
+        assert len(select(series, "rankwatch_ranking_quality_drift", window=pw.window)) == n_drift
+        # Missing on one side: reported, never invented.
+        assert one(series, "rankwatch_drift_unmatched_slices", window=pw.window, only_in="online") == 1
+        assert one(series, "rankwatch_drift_unmatched_slices", window=pw.window, only_in="offline") == 1
+        assert not select(series, "rankwatch_ranking_quality_drift", segment="gone")
+        assert not select(series, "rankwatch_ranking_quality_drift", segment="power", surface="search")
+
+
+def test_cumulative_parts_and_health(world) -> None:
+    series = parse_exposition(scrape(world["url"]))
+    w5: PublishedWindow = world["w5"]
+    # Fed from the smallest window only (5m), once per finalized request.
+    for key, agg in [((), w5.overall), *w5.slices.items()]:
+        lbl = labels_of(key)
+        assert one(series, "rankwatch_finalized_requests_total", **lbl) == agg.requests
+        for metric in ("mrr", "ndcg@5", "ndcg@10", "map@10"):
+            assert one(series, "rankwatch_ranking_metric_sum", metric=metric, **lbl) == pytest.approx(
+                agg.sums[metric].total
+            )
+            assert (
+                one(series, "rankwatch_ranking_metric_count", metric=metric, **lbl) == agg.sums[metric].count
+            )
+    assert one(series, "rankwatch_events_total", stream="impressions", outcome="accepted") == 10
+    assert one(series, "rankwatch_rejected_events_total", stream="impressions", reason="bad_json") == 3
+    assert one(series, "rankwatch_consumer_lag", topic="impressions", partition="0") == 12
+    assert one(series, "rankwatch_watermark_delay_seconds") == 60.0
+    assert one(series, "rankwatch_pending_requests") == 5
+    assert one(series, "rankwatch_pending_requests_limit") == 1000
+    assert one(series, "rankwatch_pending_items") == 40
+    assert one(series, "rankwatch_requests_evicted_total") == 1
+    assert one(series, "rankwatch_label_values", label="segment") == 3
+    assert one(series, "rankwatch_label_values_limit") == 50
+    assert one(series, "rankwatch_label_overflow_total", label="segment") == 4
+    assert one(series, "rankwatch_baseline_load_errors_total", baseline="ranker.json") == 0
+    assert one(series, "rankwatch_baseline_loaded", baseline="ranker.json") == 1
+    assert one(series, "rankwatch_baseline_slices", baseline="ranker.json") == len(world["base"].slices) + 1
+    age = one(series, "rankwatch_baseline_age_seconds", baseline="ranker.json")
+    created = datetime(2026, 11, 30, 9, 0, tzinfo=UTC).timestamp()
+    assert age >= 0 and math.isfinite(age) and age == pytest.approx(max(0.0, _now() - created), abs=60)
+    assert one(series, "rankwatch_windows_published_total", window="5m") == 1
+    assert one(series, "rankwatch_windows_published_total", window="1h") == 1
+    assert abs(one(series, "rankwatch_last_publish_timestamp_seconds", window="5m") - _now()) < 60
+    assert one(series, "rankwatch_build_info", version="9.9") == 1
+
+
+def _now() -> float:
+    return datetime.now(UTC).timestamp()
+
+
+def test_republication_does_not_double_count_and_partitions_merge() -> None:
+    rng = np.random.default_rng(3)
+    keys = grid_keys(("a", "b"), ("x",))
+    part0 = random_window(rng, keys, partitions=(0,))
+    part1 = random_window(rng, keys, partitions=(1,))
+    state = MetricsState()
+    assert state.publish_window(part0)
+    assert not state.publish_window(part0)  # same identity and revision: ignored
+    assert state.publish_window(part1)  # same start, other partition: merged into the gauge
+    snap = state.snapshot()
+    merged = sequential_merge([part0.overall, part1.overall])
+    assert snap.online["5m"].series[("all", "all", "all")].requests == merged.requests
+    assert snap.online["5m"].series[("all", "all", "all")].metrics["auc_roc"] == pytest.approx(
+        merged.values()["auc_roc"]
+    )
+    assert snap.windows_published["5m"] == 2
+    finalized = {s.labels["segment"]: s.value for s in snap.finalized if s.labels["surface"] == "all"}
+    assert finalized["all"] == part0.overall.requests + part1.overall.requests
+    # An older window start feeds the counters but does not replace the gauges.
+    older = random_window(rng, keys, start=T0.replace(hour=9))
+    state.publish_window(older)
+    snap2 = state.snapshot()
+    assert snap2.online["5m"].start == T0
+    finalized2 = {s.labels["segment"]: s.value for s in snap2.finalized if s.labels["surface"] == "all"}
+    assert finalized2["all"] == finalized["all"] + older.overall.requests
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_scrape_passes_promtool_check_metrics(world) -> None:
+    text = scrape(world["url"])
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "" and proc.stderr.strip() == "", proc.stdout + proc.stderr
