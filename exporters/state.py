@@ -21,9 +21,17 @@ from prometheus_client.samples import Sample
 
 from exporters import names
 from exporters.baselines import LoadedBaseline
-from exporters.folding import OVERALL_LABELS, ExporterLabelCapper, LabelSet, group_by_labels, rollups
+from exporters.folding import (
+    OVERALL_LABELS,
+    ExporterLabelCapper,
+    LabelSet,
+    group_by_labels,
+    merge_aggregates,
+    rollups,
+)
 from exporters.health import HealthFigures, health_from_stats
 from exporters.series import DriftResult, SeriesValues, drift
+from pipeline.aggregates import RankingAggregate
 from pipeline.published import PublishedWindow
 from pipeline.slicing import ALL_VALUE
 
@@ -37,6 +45,9 @@ def window_seconds(label: str) -> float:
         return float(label[:-1]) * units[label[-1]]
     except (KeyError, ValueError, IndexError):
         raise ValueError(f"window size {label!r} is not like 30s, 5m, 1h or 1d") from None
+
+
+_Grouped = tuple[PublishedWindow, dict[LabelSet, RankingAggregate]]
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,8 @@ class MetricsState:
         self._pending_limit = pending_requests_limit
         self._label_limit = label_values_limit
         self._seen: OrderedDict[tuple[Any, ...], int] = OrderedDict()
-        self._parts: dict[str, tuple[datetime, dict[tuple[int, ...], PublishedWindow]]] = {}
+        # window size -> (start, partitions -> (window, its slices grouped by capped label set))
+        self._parts: dict[str, tuple[datetime, dict[tuple[int, ...], _Grouped]]] = {}
         self._online: dict[str, OnlineWindow] = {}
         self._offline: dict[LabelSet, SeriesValues] = {}
         self._baselines: tuple[LoadedBaseline, ...] = ()
@@ -163,14 +175,16 @@ class MetricsState:
                 self._seen.popitem(last=False)
             self._windows_published[pw.window] = self._windows_published.get(pw.window, 0) + 1
             self._last_publish[pw.window] = self._wall()
+            # Cap labels once per publication, so folded slices are counted once.
+            grouped = (pw, group_by_labels(pw.slices.items(), self._capper))
             if seen_revision is None and pw.window == self.summary_window:
-                self._add_cumulative(pw)
+                self._add_cumulative(*grouped)
                 self._summary, self._finalized = self._cumulative_samples()
             current = self._parts.get(pw.window)
             if current is None or pw.start > current[0]:
-                self._parts[pw.window] = (pw.start, {pw.partitions: pw})
+                self._parts[pw.window] = (pw.start, {pw.partitions: grouped})
             elif pw.start == current[0]:
-                current[1][pw.partitions] = pw
+                current[1][pw.partitions] = grouped
             else:
                 self._snapshot = self._build_snapshot_locked()
                 return True
@@ -237,9 +251,8 @@ class MetricsState:
             return self._snapshot
 
     # -- internals (lock held) ------------------------------------------------------------------------
-    def _add_cumulative(self, pw: PublishedWindow) -> None:
-        pairs = [(OVERALL_LABELS, pw.overall)]
-        pairs += list(group_by_labels(pw.slices.items(), self._capper).items())
+    def _add_cumulative(self, pw: PublishedWindow, slices: Mapping[LabelSet, RankingAggregate]) -> None:
+        pairs = [(OVERALL_LABELS, pw.overall), *slices.items()]
         for labels, agg in pairs:
             cum = self._cumulative.setdefault(labels, _Cumulative())
             cum.requests += agg.requests
@@ -250,9 +263,16 @@ class MetricsState:
 
     def _online_window(self, window: str) -> OnlineWindow:
         start, parts = self._parts[window]
-        windows = list(parts.values())
-        slices = group_by_labels(((k, a) for w in windows for k, a in w.slices.items()), self._capper)
-        overall = group_by_labels((((), w.overall) for w in windows), self._capper)[OVERALL_LABELS]
+        windows = [pw for pw, _ in parts.values()]
+        if len(parts) == 1:
+            slices = dict(next(iter(parts.values()))[1])
+        else:
+            by_labels: dict[LabelSet, list[RankingAggregate]] = {}
+            for _, grouped in parts.values():
+                for labels, agg in grouped.items():
+                    by_labels.setdefault(labels, []).append(agg)
+            slices = {labels: merge_aggregates(aggs) for labels, aggs in by_labels.items()}
+        overall = merge_aggregates([pw.overall for pw in windows])
         primary = frozenset([*slices, OVERALL_LABELS])
         series = {labels: SeriesValues.of(agg) for labels, agg in slices.items()}
         series[OVERALL_LABELS] = SeriesValues.of(overall)

@@ -1,0 +1,140 @@
+"""HTTP endpoint: TLS and basic auth, probes, routes."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ssl
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+from exporter_helpers import grid_keys, one, parse_exposition, random_window, scrape
+
+from exporters.collector import build_registry
+from exporters.http import BasicAuth, MetricsServer, TLSConfig
+from exporters.state import MetricsState
+
+
+def self_signed(tmp_path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 / localhost, made with the ``cryptography`` package."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    import ipaddress
+
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(certfile), str(keyfile)
+
+
+def _state() -> MetricsState:
+    state = MetricsState()
+    state.publish_window(random_window(np.random.default_rng(5), grid_keys(("a",), ("x",))))
+    return state
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_tls_and_basic_auth_refuse_unauthenticated_scrapes(tmp_path, free_port) -> None:
+    pytest.importorskip("cryptography")
+    certfile, keyfile = self_signed(tmp_path)
+    server = MetricsServer(
+        build_registry(_state()),
+        port=free_port,
+        tls=TLSConfig(certfile=certfile, keyfile=keyfile),
+        auth=BasicAuth("prometheus", "s3cret"),
+    ).start()
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        trusted = ssl.create_default_context(cafile=certfile)
+        # No credentials, wrong password, wrong user: 401 with a challenge.
+        for headers in ({}, _basic("prometheus", "nope"), _basic("root", "s3cret")):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                scrape(server.url, headers=headers, context=trusted)
+            assert err.value.code == 401
+            assert err.value.headers["WWW-Authenticate"].startswith("Basic")
+        # Plain HTTP to a TLS port is not served.
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            scrape(server.url.replace("https://", "http://"), headers=_basic("prometheus", "s3cret"))
+        # A client that does not trust the certificate refuses the connection.
+        with pytest.raises(urllib.error.URLError):
+            scrape(server.url, headers=_basic("prometheus", "s3cret"), context=ssl.create_default_context())
+        series = parse_exposition(scrape(server.url, headers=_basic("prometheus", "s3cret"), context=trusted))
+        assert one(series, "rankwatch_windows_published_total", window="5m") == 1
+        # Probes answer without credentials (orchestrators cannot send them) and reveal nothing.
+        with urllib.request.urlopen(server.url + "/healthz", context=trusted, timeout=10) as resp:
+            assert resp.status == 200 and resp.read() == b"ok\n"
+    finally:
+        server.stop()
+
+
+def test_probes_and_routes(free_port) -> None:
+    ready = {"value": False}
+    server = MetricsServer(build_registry(_state()), port=free_port, ready=lambda: ready["value"]).start()
+    try:
+        with urllib.request.urlopen(server.url + "/healthz", timeout=10) as resp:
+            assert resp.status == 200
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(server.url + "/readyz", timeout=10)
+        assert err.value.code == 503
+        ready["value"] = True
+        with urllib.request.urlopen(server.url + "/readyz", timeout=10) as resp:
+            assert resp.status == 200
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(server.url + "/nope", timeout=10)
+        assert err.value.code == 404
+        assert "rankwatch_build_info" in scrape(server.url)
+    finally:
+        server.stop()
+    server.stop()  # idempotent
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(server.url + "/healthz", timeout=2)
+
+
+def test_port_in_use_is_an_error(free_port) -> None:
+    first = MetricsServer(build_registry(_state()), port=free_port).start()
+    try:
+        with pytest.raises(OSError):
+            MetricsServer(build_registry(_state()), port=free_port).start()
+    finally:
+        first.stop()
+
+
+def test_basic_auth_parsing() -> None:
+    auth = BasicAuth("u", "p:w")
+    assert auth.accepts(_basic("u", "p:w")["Authorization"])
+    assert not auth.accepts(None)
+    assert not auth.accepts("Bearer xyz")
+    assert not auth.accepts("Basic !!!notbase64")
+    assert not auth.accepts("Basic " + base64.b64encode(b"no-colon").decode())
+    assert "p:w" not in repr(auth)
