@@ -1,0 +1,162 @@
+"""The A/B dashboard: the same metrics per variant, side by side, with the lift over a control variant.
+
+Whole-population values per variant come from the exporter's roll-up rows ``segment="all",
+surface="all", variant="<v>"`` (present whenever rankwatch slices by variant); the per-slice view shows the
+variants of every selected segment x surface slice.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+
+from rankwatch_grafana.common import (
+    OFFLINE,
+    ONLINE,
+    REQUESTS_ONLINE,
+    PanelIds,
+    base_dashboard,
+    datasource_variable,
+    label_variable,
+    metric_variable,
+    query,
+    row,
+    slice_variables,
+    table_panel,
+    timeseries_panel,
+    window_variable,
+)
+
+UID = "rankwatch-ab"
+
+# Variant roll-up rows (whole population of each variant) and per-slice rows with a variant.
+VARIANTS = 'segment="all", surface="all", variant=~"$variant", variant!="all"'
+VARIANT_SLICES = 'segment=~"$segment", surface=~"$surface", variant=~"$variant", variant!="all"'
+
+
+def ab_dashboard() -> dashboard.Dashboard:
+    ids = PanelIds()
+    board = base_dashboard(
+        "rankwatch / A/B",
+        UID,
+        "Ranking quality per variant side by side: whole population, lift over the control variant, "
+        "per slice, fleet-exact running means and sample sizes.",
+    )
+    source = 'rankwatch_ranking_requests{source="online"}'
+    control = label_variable(
+        "control", "Control variant", source, multi=False, include_all=False, default="control"
+    )
+    for var in [datasource_variable(), *slice_variables(), control, metric_variable(), window_variable()]:
+        board = board.with_variable(var)
+
+    mw = 'metric=~"$metric", window=~"$window"'
+    board = board.with_row(row(ids, "$metric per variant", repeat="metric"))
+    board = board.with_panel(
+        timeseries_panel(
+            ids,
+            "$metric per variant",
+            "Online value of the last published window per variant (roll-up over all segments and "
+            "surfaces). Dashed: the variant's offline baseline where the baseline file has one.",
+            [
+                query(f"{ONLINE}{{{mw}, {VARIANTS}}}", "{{variant}}", "A"),
+                query(f'{OFFLINE}{{metric=~"$metric", {VARIANTS}}}', "baseline {{variant}}", "B"),
+            ],
+            width=8,
+            dashed_regex="^baseline.*",
+        )
+    )
+    board = board.with_panel(
+        timeseries_panel(
+            ids,
+            "$metric: lift over $control",
+            "Online value of each variant divided by the control variant's, minus 1.",
+            [
+                query(
+                    f"{ONLINE}{{{mw}, {VARIANTS}}}"
+                    " / on (metric, window, segment, surface) group_left () "
+                    f'{ONLINE}{{{mw}, segment="all", surface="all", variant="$control"}} - 1',
+                    "{{variant}}",
+                    "A",
+                )
+            ],
+            unit="percentunit",
+            width=8,
+        )
+    )
+    board = board.with_panel(
+        timeseries_panel(
+            ids,
+            "$metric per variant and slice",
+            "Every selected segment x surface slice, one line per variant.",
+            [query(f"{ONLINE}{{{mw}, {VARIANT_SLICES}}}", "{{variant}} {{segment}}/{{surface}}", "A")],
+            width=8,
+        )
+    )
+
+    board = board.with_row(row(ids, "Variants side by side"))
+    board = board.with_panel(
+        table_panel(
+            ids,
+            "Variants side by side",
+            "Last published value per variant and metric, its lift over the control variant and the "
+            "requests behind it.",
+            [
+                query(f"{ONLINE}{{{mw}, {VARIANTS}}}", "", "A", instant=True),
+                query(
+                    f"{ONLINE}{{{mw}, {VARIANTS}}}"
+                    " / on (metric, window, segment, surface) group_left () "
+                    f'{ONLINE}{{{mw}, segment="all", surface="all", variant="$control"}} - 1',
+                    "",
+                    "B",
+                    instant=True,
+                ),
+                query(f'{REQUESTS_ONLINE}{{window=~"$window", {VARIANTS}}}', "", "C", instant=True),
+            ],
+            rename={"Value #A": "online", "Value #B": "lift over control", "Value #C": "requests"},
+            width=24,
+        )
+    )
+
+    board = board.with_row(row(ids, "Fleet-exact running means and sample sizes"))
+    board = board.with_panel(
+        timeseries_panel(
+            ids,
+            "Mean of the requests finalized in the last hour, per variant",
+            "sum(rate(_sum[1h])) / sum(rate(_count[1h])) over the primary slices of each variant and all "
+            "instances (MRR, NDCG, MAP; exact for a fleet).",
+            [
+                query(
+                    'variant:rankwatch_ranking_metric:mean_rate1h{metric=~"$metric", variant=~"$variant"}',
+                    "{{metric}} {{variant}}",
+                    "A",
+                )
+            ],
+            width=8,
+        )
+    )
+    board = board.with_panel(
+        timeseries_panel(
+            ids,
+            "Requests per variant (last published window)",
+            "Sample size behind each variant's value.",
+            [query(f'{REQUESTS_ONLINE}{{window=~"$window", {VARIANTS}}}', "{{variant}}", "A")],
+            width=8,
+        )
+    )
+    board = board.with_panel(
+        timeseries_panel(
+            ids,
+            "Finalized requests per second per variant",
+            "Traffic split between the variants over the selected slices (5m rate).",
+            [
+                query(
+                    "sum by (variant) (segment_surface_variant:rankwatch_finalized_requests:rate5m"
+                    f"{{{VARIANT_SLICES}}})",
+                    "{{variant}}",
+                    "A",
+                )
+            ],
+            unit="reqps",
+            width=8,
+        )
+    )
+    return board
