@@ -10,7 +10,6 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 
 from rankwatch_grafana.common import (
-    OFFLINE,
     ONLINE,
     REQUESTS_ONLINE,
     PanelIds,
@@ -55,10 +54,16 @@ def ab_dashboard() -> dashboard.Dashboard:
             ids,
             "$metric per variant",
             "Online value of the last published window per variant (roll-up over all segments and "
-            "surfaces). Dashed: the variant's offline baseline where the baseline file has one.",
+            "surfaces). Dashed: the variant's offline baseline (its own row in the baseline file, or the "
+            "requests-weighted mean of the variant's slices).",
             [
                 query(f"{ONLINE}{{{mw}, {VARIANTS}}}", "{{variant}}", "A"),
-                query(f'{OFFLINE}{{metric=~"$metric", {VARIANTS}}}', "baseline {{variant}}", "B"),
+                query(
+                    'variant:rankwatch_ranking_quality_offline:requests_weighted_mean{metric=~"$metric", '
+                    'variant=~"$variant"}',
+                    "baseline {{variant}}",
+                    "B",
+                ),
             ],
             width=8,
             dashed_regex="^baseline.*",

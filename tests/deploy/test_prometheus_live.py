@@ -1,0 +1,249 @@
+"""A real Prometheus (Debian's package) with the shipped rules, scraping a real ``rankwatch demo`` that has a
+regression injected for the segment ``new_user`` from the start.
+
+Checks, through Prometheus' HTTP API:
+* every recording rule returns data (except the few the demo cannot feed, listed with the reason);
+* every query of every dashboard panel returns data (same exceptions), with the template variables
+  substituted ("All" = ``.*``, single-value variables a concrete value);
+* RankwatchQualityBelowBaseline becomes pending or firing for new_user's slices and for no slice of the
+  other segments.
+
+The rules are the shipped files; the only change in the test copy is shorter ``for:`` durations, because
+the shipped ones (up to 75 minutes) would outlast any test. Scrapes and evaluations run every second and the
+demo runs event time 600x faster than the wall clock, so 1h windows close every few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULES_DIR = REPO / "deploy" / "prometheus" / "rules"
+DASHBOARD_DIR = REPO / "grafana" / "dashboards"
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+REGRESSED = "new_user"
+OTHER_SEGMENTS = {"returning", "power_user"}
+TEST_FOR = "5s"
+DEADLINE_SECONDS = 90.0
+
+# Queries the demo cannot feed: it runs without Kafka and its simulated events are all well-formed.
+DEMO_HAS_NO = {
+    "job_topic:rankwatch_consumer_lag:sum": "the demo consumes no Kafka topic, so there is no consumer lag",
+    "stream_reason:rankwatch_rejected_events:rate5m": "the demo produces no malformed events to reject",
+}
+
+# Template variables: multi-value ones become the "All" regex, single-value ones a concrete value.
+VARIABLE_VALUES = {
+    "segment": ".*",
+    "surface": ".*",
+    "variant": ".*",
+    "metric": ".*",
+    "window": "1h",
+    "control": "control",
+}
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+
+
+def _demo_available() -> bool:
+    try:
+        import rankwatch.commands.demo  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read().decode())
+
+
+def rules_with_short_for(text: str, duration: str = TEST_FOR) -> str:
+    """The rules file with every ``for:`` duration replaced, and nothing else changed."""
+    return re.sub(r"(?m)^(\s+for:\s*)\S+\s*$", rf"\g<1>{duration}", text)
+
+
+def dashboard_queries() -> list[tuple[str, str, str]]:
+    """(dashboard file, panel title, expr) of every target of every panel, variables substituted."""
+    out = []
+    for path in sorted(DASHBOARD_DIR.glob("*.json")):
+        board = json.loads(path.read_text())
+        for panel in board["panels"]:
+            for target in panel.get("targets") or []:
+                expr = target["expr"]
+                for name, value in VARIABLE_VALUES.items():
+                    expr = expr.replace(f"${name}", value)
+                assert "$" not in expr, f"unsubstituted variable in {path.name} / {panel['title']}: {expr}"
+                out.append((path.name, panel["title"], expr))
+    return out
+
+
+class Prometheus:
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        body = _get(url)
+        assert body["status"] == "success", body
+        result = body["data"]["result"]
+        return result if isinstance(result, list) else [result]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return list(_get(f"{self.base}/api/v1/alerts")["data"]["alerts"])
+
+    def recording_rules(self) -> list[str]:
+        groups = _get(f"{self.base}/api/v1/rules?type=record")["data"]["groups"]
+        return [rule["name"] for g in groups for rule in g["rules"]]
+
+
+def _wait(what: str, predicate: Any, deadline: float, procs: list[subprocess.Popen[bytes]]) -> Any:
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                out = p.stdout.read().decode(errors="replace")[-2000:] if p.stdout else ""
+                pytest.fail(f"{p.args[0]} exited with {p.returncode} while waiting for {what}:\n{out}")
+        try:
+            value = predicate()
+        except (urllib.error.URLError, ConnectionError, OSError):
+            value = None
+        if value:
+            return value
+        time.sleep(1.0)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, list[subprocess.Popen[bytes]]]]:
+    if not Path(PROMETHEUS).exists():
+        pytest.skip("prometheus is not installed (scripts/test.sh installs Debian's package)")
+    if not _demo_available():
+        pytest.skip("`rankwatch demo` does not exist yet (rankwatch/commands/demo.py)")
+    tmp = tmp_path_factory.mktemp("prometheus")
+    demo_port, prom_port = _free_port(), _free_port()
+    rules = tmp / "rules"
+    rules.mkdir()
+    for path in sorted(RULES_DIR.glob("*.yml")):
+        (rules / path.name).write_text(rules_with_short_for(path.read_text()))
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules / "*.yml")],
+        "scrape_configs": [
+            {"job_name": "rankwatch", "static_configs": [{"targets": [f"127.0.0.1:{demo_port}"]}]},
+        ],
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    demo = subprocess.Popen(
+        [
+            sys.executable, "-m", "rankwatch.cli", "demo",
+            "--duration", str(DEADLINE_SECONDS + 60), "--speed", "600", "--port", str(demo_port),
+            "--regression-segment", REGRESSED, "--regression-at", "0",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp,
+    )  # fmt: skip
+    prometheus = subprocess.Popen(
+        [
+            PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp,
+    )  # fmt: skip
+    procs = [demo, prometheus]
+    try:
+        yield Prometheus(f"http://127.0.0.1:{prom_port}"), procs
+    finally:
+        for p in procs:
+            _stop(p)
+            if p.stdout:
+                p.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def warmed(live: tuple[Prometheus, list[subprocess.Popen[bytes]]]) -> Prometheus:
+    """Prometheus once the regression alert is active: by then windows, baselines and rates exist."""
+    prom, procs = live
+    deadline = time.monotonic() + DEADLINE_SECONDS
+
+    def regressed_alert() -> bool:
+        return any(
+            a["labels"].get("alertname") == "RankwatchQualityBelowBaseline"
+            and a["labels"].get("segment") == REGRESSED
+            for a in prom.alerts()
+        )
+
+    _wait("RankwatchQualityBelowBaseline for new_user", regressed_alert, deadline, procs)
+    # Every query below needs a few scrapes of the cumulative counters (rate) and of the 5m window.
+    _wait("fleet-exact 5m means", lambda: prom.query("metric:rankwatch_ranking_metric:mean_rate5m"), deadline, procs)
+    return prom
+
+
+def test_rules_copy_differs_only_in_for_durations() -> None:
+    for path in sorted(RULES_DIR.glob("*.yml")):
+        original = path.read_text().splitlines()
+        copied = rules_with_short_for(path.read_text()).splitlines()
+        assert len(original) == len(copied)
+        changed = [(a, b) for a, b in zip(original, copied, strict=True) if a != b]
+        assert all(a.strip().startswith("for:") and b.strip() == f"for: {TEST_FOR}" for a, b in changed)
+
+
+def test_regression_alert_fires_for_the_regressed_segment_only(warmed: Prometheus) -> None:
+    alerts = [a for a in warmed.alerts() if a["labels"]["alertname"] == "RankwatchQualityBelowBaseline"]
+    regressed = [a for a in alerts if a["labels"]["segment"] == REGRESSED]
+    assert regressed and all(a["state"] in ("pending", "firing") for a in regressed)
+    others = sorted(
+        (a["labels"]["segment"], a["labels"]["surface"], a["labels"]["variant"], a["labels"]["metric"])
+        for a in alerts
+        if a["labels"]["segment"] in OTHER_SEGMENTS
+    )
+    assert not others, f"alert for slices that did not regress: {others}"
+    # The overall slice may fire too (a third of its traffic regressed); nothing else may.
+    assert {a["labels"]["segment"] for a in alerts} <= {REGRESSED, "all"}
+
+
+def test_every_recording_rule_returns_data(warmed: Prometheus) -> None:
+    names = warmed.recording_rules()
+    assert len(names) >= 20
+    empty = [n for n in names if n not in DEMO_HAS_NO and not warmed.query(n)]
+    assert not empty, f"recording rules without data: {empty}"
+
+
+def test_every_dashboard_query_returns_data(warmed: Prometheus) -> None:
+    queries = dashboard_queries()
+    assert len(queries) >= 30
+    empty = [
+        (board, title, expr)
+        for board, title, expr in queries
+        if not any(skip in expr for skip in DEMO_HAS_NO) and not warmed.query(expr)
+    ]
+    assert not empty, "panel queries without data:\n" + "\n".join(map(str, empty))
