@@ -7,33 +7,29 @@ served with that ``variant`` label, so per-variant baselines line up with per-va
 
 Reload semantics (:class:`BaselineWatcher`): a file is re-read when its modification time, size or inode
 changes. A file that cannot be read (corrupt, half written, deleted) keeps the last good baseline in
-service, counts one ``rankwatch_baseline_load_errors_total{baseline}`` per failed change, and sets
-``rankwatch_baseline_loaded{baseline}`` to 0 until a good version appears.
+service, sets ``rankwatch_baseline_loaded{baseline}`` to 0, and is retried at every reload until a good
+version appears; every failed attempt counts in ``rankwatch_baseline_load_errors_total{baseline}``, so
+``increase(...[15m]) > 0`` stays true for as long as the file stays broken.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporters.series import SeriesValues
+from pipeline.offline import parse_baseline
 
 if TYPE_CHECKING:
     from exporters.state import MetricsState
 
 log = logging.getLogger(__name__)
-
-BASELINE_FORMAT = "rankwatch-baseline/1"
-_COUNT_KEYS = frozenset({"requests", "requests_with_relevant", "items"})
-_LABEL_KEYS = ("segment", "surface", "variant", "model")
 
 
 @dataclass(frozen=True)
@@ -42,7 +38,7 @@ class LoadedBaseline:
 
     name: str
     path: Path
-    created: float  # epoch seconds the baseline was computed (file ``created``; mtime when absent)
+    created: float  # epoch seconds the baseline was computed (the file's ``created``)
     model: str | None
     variant: str | None
     rows: tuple[tuple[Mapping[str, str], SeriesValues], ...]  # raw labels -> values, overall first
@@ -53,33 +49,26 @@ def baseline_name(path: Path) -> str:
     return path.name
 
 
-def parse_baseline(data: bytes, *, path: Path, mtime: float) -> LoadedBaseline:
-    """Parse and validate a baseline file's bytes. Raises ``ValueError`` naming what is wrong."""
+def parse_baseline_file(data: bytes, *, path: Path) -> LoadedBaseline:
+    """Parse and validate a baseline file's bytes (``pipeline.offline.parse_baseline`` validates).
+
+    Raises ``ValueError`` naming the file and what is wrong.
+    """
     try:
         doc = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: a baseline file is a JSON object")
-    if doc.get("format") != BASELINE_FORMAT:
-        raise ValueError(f"{path}: format is {doc.get('format')!r}, expected {BASELINE_FORMAT!r}")
-    result = doc.get("result")
-    if not isinstance(result, dict) or not isinstance(result.get("overall"), dict):
-        raise ValueError(f"{path}: missing result.overall")
-    slices = result.get("slices", [])
-    if not isinstance(slices, list) or not all(isinstance(s, dict) for s in slices):
-        raise ValueError(f"{path}: result.slices must be a list of objects")
-    model = doc.get("model") if isinstance(doc.get("model"), str) else None
-    variant = doc.get("variant") if isinstance(doc.get("variant"), str) else None
-    rows = [(_labels({}, variant), _values(result["overall"], path))]
-    for entry in slices:
-        rows.append((_labels(entry, variant), _values(entry, path)))
+        raise ValueError(f"{path}: not a baseline file: invalid JSON ({e})") from None
+    baseline = parse_baseline(doc, source=str(path))
+    metric_names = baseline.options.metric_names
+    rows = [(_labels({}, baseline.variant), _values(baseline.overall, metric_names))]
+    for entry in baseline.result["slices"]:
+        rows.append((_labels(entry, baseline.variant), _values(entry, metric_names)))
     return LoadedBaseline(
         name=baseline_name(path),
         path=path,
-        created=_created(doc.get("created"), mtime),
-        model=model,
-        variant=variant,
+        created=baseline.created.timestamp(),
+        model=baseline.model,
+        variant=baseline.variant,
         rows=tuple(rows),
     )
 
@@ -91,33 +80,9 @@ def _labels(entry: Mapping[str, Any], file_variant: str | None) -> dict[str, str
     return labels
 
 
-def _values(entry: Mapping[str, Any], path: Path) -> SeriesValues:
-    requests = entry.get("requests")
-    if not isinstance(requests, int) or isinstance(requests, bool) or requests < 0:
-        raise ValueError(f"{path}: a slice without a valid request count")
-    metrics: dict[str, float | None] = {}
-    for key, value in entry.items():
-        if key in _COUNT_KEYS or key in _LABEL_KEYS or key.startswith("_"):
-            continue
-        if value is None:
-            metrics[key] = None
-        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            metrics[key] = float(value)
-        elif isinstance(value, int | float | str | bool | dict | list):
-            # Extra fields (e.g. error bounds, metadata) are not metrics; they are skipped, not fatal.
-            continue
-    return SeriesValues(requests=requests, metrics=metrics)
-
-
-def _created(value: Any, mtime: float) -> float:
-    if isinstance(value, str):
-        try:
-            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return mtime
-        if when.tzinfo is not None:
-            return when.timestamp()
-    return mtime
+def _values(entry: Mapping[str, Any], metric_names: tuple[str, ...]) -> SeriesValues:
+    metrics = {name: None if entry[name] is None else float(entry[name]) for name in metric_names}
+    return SeriesValues(requests=int(entry["requests"]), metrics=metrics)
 
 
 def load_baseline_file(path: str | os.PathLike[str]) -> LoadedBaseline:
@@ -131,7 +96,7 @@ def load_baseline_file(path: str | os.PathLike[str]) -> LoadedBaseline:
     ) != after.st_size:
         # Being written while we read it: treat as unreadable now; the next poll sees the final version.
         raise ValueError(f"{p}: changed while being read")
-    return parse_baseline(data, path=p, mtime=after.st_mtime)
+    return parse_baseline_file(data, path=p)
 
 
 @dataclass(frozen=True)
@@ -174,7 +139,8 @@ class BaselineWatcher:
             changed = False
             for path in self.paths:
                 stamp = _stamp(path)
-                if path in self._stamps and stamp == self._stamps[path]:
+                failed = baseline_name(path) in self.last_errors
+                if path in self._stamps and stamp == self._stamps[path] and not failed:
                     continue
                 if self._load(path, stamp):
                     changed = True

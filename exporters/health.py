@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.stream import OUTCOMES, STREAMS, StreamStats
+
 
 @dataclass(frozen=True)
 class HealthFigures:
@@ -28,43 +30,31 @@ class HealthFigures:
     label_values_limit: int | None = None
 
 
-def _pairs(mapping: Any) -> dict[tuple[str, str], int]:
-    """``{(a, b): n}`` from either a flat pair-keyed mapping or a nested ``{a: {b: n}}`` mapping."""
-    out: dict[tuple[str, str], int] = {}
-    for key, value in dict(mapping or {}).items():
-        if isinstance(value, Mapping):
-            for inner, n in value.items():
-                out[(str(key), _name(inner))] = int(n)
-        else:
-            a, b = key
-            out[(str(a), _name(b))] = int(value)
-    return out
-
-
-def _name(value: Any) -> str:
-    """Enum members expose their ``value`` (the stable reason code); anything else its ``str``."""
-    inner = getattr(value, "value", value)
-    return str(inner)
-
-
 def health_from_stats(
-    stats: Any, *, pending_requests_limit: int | None = None, label_values_limit: int | None = None
+    stats: StreamStats, *, pending_requests_limit: int | None = None, label_values_limit: int | None = None
 ) -> HealthFigures:
-    """Copy the numbers of a ``pipeline.stream.StreamStats`` into :class:`HealthFigures`."""
-    outcomes = getattr(stats, "outcomes", None)
-    if outcomes is None:
-        outcomes = getattr(stats, "events", {})
-    overflow = getattr(stats, "label_overflow", None) or {}
-    values = getattr(stats, "label_values", None) or {}
+    """Copy the numbers of a :class:`pipeline.stream.StreamStats`.
+
+    Every (stream, outcome) pair is present, zeros included, so ``rate()`` works from the first scrape.
+    """
+    events = {(stream, outcome): 0 for stream in STREAMS for outcome in OUTCOMES}
+    for stream, counts in stats.outcomes.items():
+        for outcome, n in counts.items():
+            events[(str(stream), str(outcome))] = int(n)
     return HealthFigures(
-        events=_pairs(outcomes),
-        rejects=_pairs(getattr(stats, "rejects", {})),
-        pending_requests=int(getattr(stats, "pending_requests", 0)),
-        pending_items=int(getattr(stats, "pending_items", 0)),
+        events=events,
+        rejects={(str(stream), _code(reason)): int(n) for (stream, reason), n in stats.rejects.items()},
+        pending_requests=int(stats.pending_requests),
+        pending_items=int(stats.pending_items),
         pending_requests_limit=pending_requests_limit,
-        evicted_requests=int(getattr(stats, "evicted_requests", 0)),
-        watermark_ms=getattr(stats, "watermark_ms", None),
-        label_values={str(k): int(v) for k, v in dict(values).items()},
-        label_overflow={str(k): int(v) for k, v in dict(overflow).items()},
+        evicted_requests=int(stats.evicted_requests),
+        watermark_ms=None if stats.watermark_ms is None else int(stats.watermark_ms),
+        label_values={str(k): int(v) for k, v in stats.label_values.items()},
+        label_overflow={str(k): int(v) for k, v in stats.label_overflow.items()},
         label_values_limit=label_values_limit,
     )
+
+
+def _code(reason: Any) -> str:
+    """Enum members expose their ``value`` (the stable reason code); anything else its ``str``."""
+    return str(getattr(reason, "value", reason))

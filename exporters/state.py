@@ -34,17 +34,10 @@ from exporters.series import DriftResult, SeriesValues, drift
 from pipeline.aggregates import RankingAggregate
 from pipeline.published import PublishedWindow
 from pipeline.slicing import ALL_VALUE
+from pipeline.stream import StreamConfig
+from pipeline.windows import parse_duration_ms
 
 _SEEN_IDENTITIES = 100_000  # republication memory; old identities are forgotten first
-
-
-def window_seconds(label: str) -> float:
-    """``"5m"`` -> 300.0; units s, m, h, d. Used to order window sizes."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        return float(label[:-1]) * units[label[-1]]
-    except (KeyError, ValueError, IndexError):
-        raise ValueError(f"window size {label!r} is not like 30s, 5m, 1h or 1d") from None
 
 
 _Grouped = tuple[PublishedWindow, dict[LabelSet, RankingAggregate]]
@@ -121,7 +114,7 @@ class MetricsState:
         wall_clock: Callable[[], float] = time.time,
         version: str = "0",
     ) -> None:
-        sizes = sorted(set(windows), key=window_seconds)
+        sizes = sorted(set(windows), key=parse_duration_ms)
         if not sizes:
             raise ValueError("at least one window size is needed")
         self.summary_window = sizes[0]
@@ -156,6 +149,18 @@ class MetricsState:
         self._summary: tuple[Sample, ...] = ()
         self._finalized: tuple[Sample, ...] = ()
         self._snapshot = self._build_snapshot_locked()
+
+    @classmethod
+    def for_stream(cls, config: StreamConfig, **kwargs: Any) -> MetricsState:
+        """A state matching a stream processor's windows and caps (the exporter's label cap is twice the
+        stream's, so it only bites on slices that bypassed the stream's capper)."""
+        kwargs.setdefault("max_label_values", 2 * config.slice_spec.max_values_per_label)
+        return cls(
+            windows=config.windows,
+            pending_requests_limit=config.max_pending_requests,
+            label_values_limit=config.slice_spec.max_values_per_label,
+            **kwargs,
+        )
 
     # -- writers ---------------------------------------------------------------------------------------
     def publish_window(self, pw: PublishedWindow) -> bool:

@@ -55,30 +55,27 @@ def write_baseline_file(
     overall: RankingAggregate,
     slices: dict[SliceKey, RankingAggregate],
     *,
-    created: str = "2026-11-30T09:00:00Z",
+    created: datetime = datetime(2026, 11, 30, 9, 0, tzinfo=UTC),
     variant: str | None = None,
     model: str | None = None,
 ) -> dict[str, object]:
-    """A baseline file in the documented ``rankwatch-baseline/1`` layout; returns the written document."""
-    import json
+    """A baseline file written by ``pipeline.offline.write_baseline``; returns the written document."""
+    from pipeline.clock import ManualClock
+    from pipeline.offline import BaselineResult, write_baseline
+    from pipeline.slicing import SliceSpec
 
-    from pipeline.result import result_document
-
-    doc: dict[str, object] = {
-        "format": "rankwatch-baseline/1",
-        "created": created,
-        "inputs": ["eval.csv"],
-        "rows": 1,
-        "skipped_rows": 0,
-        "model": model,
-        "variant": variant,
-        "options": OPTIONS.to_dict(),
-        "slice_by": sorted({k for key in slices for k, _ in key}),
-        "result": result_document(overall, slices),
-    }
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
-    return doc
+    by = tuple(sorted({k for key in slices for k, _ in key}))
+    result = BaselineResult(
+        overall=overall,
+        slices=slices,
+        options=OPTIONS,
+        slice_spec=SliceSpec(by=by),
+        inputs=("eval.csv",),
+        rows=overall.items,
+        model=model,
+        variant=variant,
+    )
+    return write_baseline(path, result, clock=ManualClock(created))
 
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -13,9 +13,10 @@ from exporter_helpers import OPTIONS, T0, grid_keys, parse_exposition, random_wi
 from exporters.collector import build_registry
 from exporters.folding import merge_aggregates
 from exporters.http import MetricsServer
-from exporters.state import MetricsState, window_seconds
+from exporters.state import MetricsState
 from pipeline.aggregates import RankingAggregate, aggregate_lists
 from pipeline.published import PublishedWindow
+from pipeline.stream import StreamConfig
 
 
 def test_cardinality_attack_is_bounded_and_counted() -> None:
@@ -40,7 +41,12 @@ def test_cardinality_attack_is_bounded_and_counted() -> None:
     assert len(segments) == cap + 2 and "__other__" in segments
     assert len(series) < 2_000
     assert state.snapshot().exporter_overflow == {"segment": n - cap}
-    other = [v for lbls, v in select(series, "rankwatch_ranking_requests", segment="__other__", surface="home_feed").items()]
+    other = [
+        v
+        for lbls, v in select(
+            series, "rankwatch_ranking_requests", segment="__other__", surface="home_feed"
+        ).items()
+    ]
     assert other == [n - cap]  # folded slices are merged, not dropped: their requests still count
     total = sum(select(series, "rankwatch_ranking_requests", source="online", surface="home_feed").values())
     roll = select(series, "rankwatch_ranking_requests", source="online", segment="all", surface="home_feed")
@@ -58,11 +64,14 @@ def test_merge_aggregates_equals_pairwise_merge() -> None:
     assert merge_aggregates(parts[:1]) is parts[0]
 
 
-def test_window_seconds() -> None:
-    assert window_seconds("5m") == 300 and window_seconds("1h") == 3600 and window_seconds("30s") == 30
-    with pytest.raises(ValueError):
-        window_seconds("5 minutes")
+def test_summary_window_is_the_smallest() -> None:
     assert MetricsState(windows=("1h", "5m", "1d")).summary_window == "5m"
+    with pytest.raises(ValueError):
+        MetricsState(windows=("5 minutes",))
+    config = StreamConfig(windows=("1h", "30s"), max_pending_requests=777)
+    state = MetricsState.for_stream(config)
+    assert state.summary_window == "30s"
+    assert state.snapshot().health.pending_requests_limit == 777
 
 
 def _labelled_window(k: int, keys, j: int) -> PublishedWindow:

@@ -1,0 +1,357 @@
+"""``rankwatch demo``: the whole loop in one process, no external service.
+
+Simulated traffic (``pipeline.generator``) is fed in event-time order into the streaming core, whose
+windows go to the exporter on ``127.0.0.1:9108`` next to an offline baseline computed from a simulated
+evaluation set of the same traffic without the regression. Event time runs ``speed`` times faster than
+wall time through an injected :class:`pipeline.clock.ManualClock`, so 5-minute windows close every few
+seconds. A live terminal table (rich) shows online vs offline per slice and the drift; when stdout is not
+a terminal, one plain line per published 5m window is printed instead.
+
+Threads: the main thread generates and processes events; the scheduler's workers run the idle tick
+(under the same lock as the main thread) and the baseline reload; the HTTP server answers scrapes from
+snapshots. Signal handlers only set an event; the main loop notices it and shuts everything down.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from exporters.baselines import BaselineWatcher
+from exporters.collector import build_registry
+from exporters.http import MetricsServer
+from exporters.scheduling import ExporterScheduler
+from exporters.state import MetricsState, Snapshot
+from pipeline.clock import ManualClock, datetime_to_ms, ms_to_datetime
+from pipeline.generator import Regression, TrafficConfig, evaluation_frame, generate_events
+from pipeline.offline import compute_baseline, write_baseline
+from pipeline.published import PublishedWindow
+from pipeline.slicing import SliceSpec
+from pipeline.stream import StreamConfig, StreamProcessor
+from rankwatch.errors import RankwatchError
+
+DEMO_SLICE_BY = ("segment", "surface", "variant")
+VIEW_METRICS = ("ndcg@10", "mrr", "auc_roc")
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """Settings of one demo run (see ``rankwatch demo --help``)."""
+
+    duration_s: float | None = None  # wall seconds; None = until interrupted
+    speed: float = 120.0  # event seconds per wall second
+    seed: int = 7
+    bind: str = "127.0.0.1"
+    port: int = 9108
+    requests_per_second: float = 8.0  # event-time traffic
+    regression_segment: str | None = "new_user"
+    regression_at_s: float = 900.0  # event-time offset from the start
+    regression_drop: float = 0.4
+    windows_out: Path | None = None
+    baseline_requests: int = 4000
+    attribution_window_s: float = 300.0
+    segments: tuple[str, ...] = ("new_user", "returning", "power_user")
+    surfaces: tuple[str, ...] = ("home_feed", "search")
+    variants: tuple[str, ...] = ("control", "treatment")
+    refresh_s: float = 0.5
+
+
+@dataclass
+class DemoSummary:
+    events: int = 0
+    windows: list[tuple[str, str]] = field(default_factory=list)  # (window size, start RFC 3339)
+    url: str = ""
+    interrupted: bool = False
+
+
+def demo_traffic(options: DemoOptions, start: datetime) -> TrafficConfig:
+    regression = None
+    if options.regression_segment:
+        regression = Regression(options.regression_segment, options.regression_at_s, options.regression_drop)
+    duration = (options.duration_s if options.duration_s is not None else 7 * 86400) * options.speed + 3600
+    return TrafficConfig(
+        seed=options.seed,
+        start=start,
+        requests_per_second=options.requests_per_second,
+        duration_s=duration,
+        segments=options.segments,
+        surfaces=options.surfaces,
+        variants=options.variants,
+        regression=regression,
+        attribution_window_ms=int(options.attribution_window_s * 1000),
+    )
+
+
+def write_demo_baseline(
+    traffic: TrafficConfig, options: DemoOptions, path: Path, config: StreamConfig
+) -> None:
+    """The offline baseline: the same model on a simulated evaluation set, before any regression."""
+    frame = evaluation_frame(
+        replace(traffic, regression=None, seed=traffic.seed + 1), options.baseline_requests
+    )
+    result = compute_baseline(frame, options=config.metric_options, slice_spec=config.slice_spec)
+    write_baseline(path, result, clock=_WallClock())
+
+
+class _WallClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class DemoRunner:
+    """Wires generator, streaming core, exporter, scheduler and view; :meth:`run` blocks until done."""
+
+    def __init__(self, options: DemoOptions, *, console: Console, stop: threading.Event) -> None:
+        self.options = options
+        self.console = console
+        self.stop = stop
+        wall_now = datetime.now(UTC)
+        # Event time starts at the current 5-minute boundary, so windows line up with the wall clock.
+        self.start = wall_now.replace(minute=wall_now.minute - wall_now.minute % 5, second=0, microsecond=0)
+        self.traffic = demo_traffic(options, self.start)
+        self.config = StreamConfig(
+            windows=("5m", "1h"),
+            attribution_window_ms=int(options.attribution_window_s * 1000),
+            allowed_disorder_ms=10_000,
+            idle_timeout_ms=30_000,
+            slice_spec=SliceSpec(by=DEMO_SLICE_BY),
+        )
+        self.clock = ManualClock(self.start)
+        self.processor = StreamProcessor(self.config, clock=self.clock)
+        self.state = MetricsState.for_stream(self.config, version=_version())
+        self.lock = threading.Lock()  # the processor is single-threaded: main loop and tick job share it
+        self.summary = DemoSummary()
+        self._windows_out: IO[str] | None = None
+        self._lines: list[str] = []
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def run(self) -> DemoSummary:
+        with tempfile.TemporaryDirectory(prefix="rankwatch-demo-") as tmp:
+            baseline_path = Path(tmp) / "baseline-ranker.json"
+            self._say(
+                f"computing the offline baseline from {self.options.baseline_requests} simulated requests"
+            )
+            write_demo_baseline(self.traffic, self.options, baseline_path, self.config)
+            watcher = BaselineWatcher([baseline_path], self.state)
+            watcher.load_initial(strict=True)
+            server = MetricsServer(
+                build_registry(self.state, event_clock=self.clock),
+                bind=self.options.bind,
+                port=self.options.port,
+            )
+            try:
+                server.start()
+            except OSError as e:
+                raise RankwatchError(
+                    f"demo: cannot listen on {self.options.bind}:{self.options.port}: {e.strerror or e}"
+                ) from None
+            self.summary.url = server.url + "/metrics"
+            scheduler = ExporterScheduler(
+                tick=self._tick, tick_interval_s=1.0, baselines=watcher, reload_interval_s=5.0
+            )
+            try:
+                if self.options.windows_out is not None:
+                    try:
+                        self._windows_out = self.options.windows_out.open("a", encoding="utf-8")
+                    except OSError as e:
+                        raise RankwatchError(
+                            f"--windows-out {self.options.windows_out}: {e.strerror or e}"
+                        ) from None
+                scheduler.start()
+                self._say(f"serving {self.summary.url}  (speed {self.options.speed:g}x, Ctrl-C to stop)")
+                self._loop()
+            finally:
+                scheduler.stop()
+                server.stop()
+                if self._windows_out is not None:
+                    self._windows_out.close()
+        self.summary.interrupted = self.stop.is_set()
+        return self.summary
+
+    def _loop(self) -> None:
+        opts = self.options
+        wall_start = time.monotonic()
+        deadline = None if opts.duration_s is None else wall_start + opts.duration_s
+        start_ms = datetime_to_ms(self.start)
+        live = self.console.is_terminal
+        next_view = 0.0
+        view = (
+            Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+            if live
+            else None
+        )
+        if view is not None:
+            view.start()
+        try:
+            for event in generate_events(self.traffic):
+                # Pace: event time may not run ahead of speed x wall time.
+                due = wall_start + (event.ts_ms - start_ms) / 1000.0 / opts.speed
+                while True:
+                    now = time.monotonic()
+                    if self.stop.is_set() or (deadline is not None and now >= deadline):
+                        return
+                    if view is not None and now >= next_view:
+                        view.update(self._render())
+                        next_view = now + opts.refresh_s
+                    if now >= due:
+                        break
+                    # Ahead of schedule: let the event clock follow wall time up to the next event, so idle
+                    # ticks see time pass; it never passes an event still to be processed.
+                    sim_now = self.start + timedelta(seconds=(now - wall_start) * opts.speed)
+                    with self.lock:
+                        self.clock.set(max(self.clock.now(), min(sim_now, ms_to_datetime(event.ts_ms))))
+                    self.stop.wait(min(due - now, opts.refresh_s))
+                with self.lock:
+                    self.clock.set(max(self.clock.now(), ms_to_datetime(event.ts_ms)))
+                    if event.stream == "impressions":
+                        published = self.processor.process_impression(event.value)
+                    else:
+                        published = self.processor.process_feedback(event.value)
+                    self.summary.events += 1
+                    self._publish(published)
+                    if self.summary.events % 2000 == 0:
+                        self.state.set_stream_stats(self.processor.stats())
+        finally:
+            if view is not None:
+                view.update(self._render())
+                view.stop()
+
+    def _tick(self) -> None:
+        """Idle tick (scheduler thread): lets windows close if traffic pauses, and refreshes health."""
+        with self.lock:
+            self._publish(self.processor.tick())
+            self.state.set_stream_stats(self.processor.stats())
+
+    def _publish(self, windows: list[PublishedWindow]) -> None:
+        for pw in windows:
+            self.state.publish_window(pw)
+            doc = pw.document()
+            self.summary.windows.append((pw.window, doc["start"]))
+            if self._windows_out is not None:
+                self._windows_out.write(json.dumps(doc) + "\n")
+                self._windows_out.flush()
+            if not self.console.is_terminal and pw.window == "5m":
+                self._say(plain_line(pw, self.state.snapshot()))
+
+    # -- output --------------------------------------------------------------------------------------------
+    def _say(self, line: str) -> None:
+        self.console.print(line, highlight=False, soft_wrap=True)
+
+    def _render(self) -> Group:
+        return render_view(self.state.snapshot(), self.clock.now(), self.options, self.summary.url)
+
+
+def _version() -> str:
+    from rankwatch import __version__
+
+    return __version__
+
+
+def _fmt(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def plain_line(pw: PublishedWindow, snap: Snapshot) -> str:
+    """One line per published 5m window: overall online vs offline and the worst slice drift."""
+    window = snap.online.get(pw.window)
+    start = pw.start.strftime("%H:%M")
+    end = pw.end.strftime("%H:%M")
+    overall = ("all", "all", "all")
+    on = window.series[overall].metrics.get("ndcg@10") if window else None
+    off_values = snap.offline.get(overall)
+    off = off_values.metrics.get("ndcg@10") if off_values else None
+    worst = None
+    result = snap.drifts.get(pw.window)
+    if result:
+        drifts = [
+            (v, lbl) for (lbl, metric), v in result.values.items() if metric == "ndcg@10" and lbl != overall
+        ]
+        worst = min(drifts, default=None)
+    line = f"[{pw.window} {start}-{end}] requests {pw.overall.requests} ndcg@10 online {_fmt(on)} offline {_fmt(off)}"
+    if worst is not None:
+        line += f"; worst drift {'/'.join(worst[1])} {_fmt(worst[0], signed=True)}"
+    return line
+
+
+def render_view(snap: Snapshot, event_now: datetime, options: DemoOptions, url: str) -> Group:
+    """The live table: per slice, the last 5m window next to the baseline, with drift."""
+    window = snap.online.get("5m")
+    title = Text.assemble(
+        ("rankwatch demo", "bold"),
+        f"  event time {event_now:%Y-%m-%d %H:%M:%S}Z  speed {options.speed:g}x  ",
+        (url, "cyan"),
+    )
+    table = Table(title=None, expand=False, header_style="bold")
+    for col in ("segment", "surface", "variant", "requests"):
+        table.add_column(col, justify="right" if col == "requests" else "left")
+    for metric in VIEW_METRICS:
+        table.add_column(f"{metric} online", justify="right")
+        table.add_column("offline", justify="right")
+        table.add_column("drift", justify="right")
+    if window is not None:
+        for labels in sorted(window.series, key=lambda lbl: (lbl.count("all") < 3, lbl)):
+            if labels.count("all") not in (0, 3):
+                continue  # the roll-ups are exported; the view keeps to slices and overall
+            values = window.series[labels]
+            offline = snap.offline.get(labels)
+            row = [*labels, str(values.requests)]
+            for metric in VIEW_METRICS:
+                on = values.metrics.get(metric)
+                off = offline.metrics.get(metric) if offline else None
+                delta = None if on is None or off is None else on - off
+                style = (
+                    "red bold"
+                    if delta is not None and delta < -0.05
+                    else ("green" if delta is not None else "")
+                )
+                row += [_fmt(on), _fmt(off), Text(_fmt(delta, signed=True), style=style)]  # type: ignore[list-item]
+            table.add_row(*row)
+        caption = f"last 5m window {window.start:%H:%M}-{window.end:%H:%M}Z"
+    else:
+        caption = "waiting for the first 5m window to close (attribution window + allowed disorder)..."
+    lines: list[Any] = [title, table, Text(caption, style="dim")]
+    if options.regression_segment:
+        at = options.regression_at_s
+        lines.append(
+            Text(
+                f"injected regression: segment {options.regression_segment} loses {options.regression_drop:g} "
+                f"quality from event time +{at / 60:g} min",
+                style="yellow",
+            )
+        )
+    published = ", ".join(f"{w}: {n}" for w, n in sorted(snap.windows_published.items())) or "none yet"
+    events = snap.health.events
+    accepted = sum(n for (_, outcome), n in events.items() if outcome == "accepted")
+    lines.append(Text(f"windows published {published}; events accepted {accepted}", style="dim"))
+    return Group(*lines)
+
+
+def run_demo(
+    options: DemoOptions,
+    *,
+    console: Console | None = None,
+    stop: threading.Event | None = None,
+    install_signals: Callable[[threading.Event], Callable[[], None]] | None = None,
+) -> DemoSummary:
+    """Run the demo until ``options.duration_s`` elapses or ``stop`` is set."""
+    stop = stop or threading.Event()
+    restore = install_signals(stop) if install_signals else None
+    try:
+        return DemoRunner(options, console=console or Console(), stop=stop).run()
+    finally:
+        if restore is not None:
+            restore()
