@@ -102,6 +102,8 @@ class MetricsState:
     wall_clock
         Seconds since the epoch, for publish timestamps and baseline ages (wall time, because Prometheus
         compares them with ``time()``).
+    rollups
+        Also expose single-label roll-ups of the online slices (e.g. one segment over all surfaces).
     """
 
     def __init__(
@@ -113,12 +115,14 @@ class MetricsState:
         label_values_limit: int | None = None,
         wall_clock: Callable[[], float] = time.time,
         version: str = "0",
+        rollups: bool = True,
     ) -> None:
         sizes = sorted(set(windows), key=parse_duration_ms)
         if not sizes:
             raise ValueError("at least one window size is needed")
         self.summary_window = sizes[0]
         self._wall = wall_clock
+        self._rollups = rollups
         self._lock = threading.Lock()
         self._capper = ExporterLabelCapper(max_label_values)
         self._version_label = version
@@ -281,8 +285,9 @@ class MetricsState:
         primary = frozenset([*slices, OVERALL_LABELS])
         series = {labels: SeriesValues.of(agg) for labels, agg in slices.items()}
         series[OVERALL_LABELS] = SeriesValues.of(overall)
-        for labels, agg in rollups(slices).items():
-            series[labels] = SeriesValues.of(agg)
+        if self._rollups:
+            for labels, agg in rollups(slices).items():
+                series[labels] = SeriesValues.of(agg)
         return OnlineWindow(window=window, start=start, end=windows[0].end, series=series, primary=primary)
 
     def _rebuild_series(self) -> None:
