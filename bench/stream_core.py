@@ -1,0 +1,194 @@
+"""Benchmark of the streaming core: decode + validate + join + windows on one core, and pending memory.
+
+Run: ``python bench/stream_core.py [--requests N] [--repeat R]``. Prints, for the same events in the same
+run, the rankwatch core and a plain dict-of-dicts reference join (``json``-free msgspec decode to dicts,
+one dict per item, the kernel called once per finalized batch), as medians over ``--repeat`` runs, and
+the memory of N pending 20-item requests (tracemalloc, and RSS growth) for both.
+
+Events: list-form impressions of 20 items from :mod:`pipeline.generator` (clean traffic at 2,000 requests
+per second of event time, graded position-biased clicks), replicated with fresh ids to reach N requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import tracemalloc
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.aggregates import aggregate_lists  # noqa: E402
+from pipeline.clock import ManualClock  # noqa: E402
+from pipeline.generator import GeneratedEvent, TrafficConfig, generate_events  # noqa: E402
+from pipeline.options import MetricOptions  # noqa: E402
+from pipeline.stream import StreamConfig, StreamProcessor  # noqa: E402
+
+RATE = 2_000  # requests per second of event time
+
+
+def build_events(n_requests: int, seed: int = 7) -> list[GeneratedEvent]:
+    """``n_requests`` requests' events in delivery order (a generated base, replicated with new ids)."""
+    base_n = min(n_requests, 5_000)
+    cfg = TrafficConfig(seed=seed, start=datetime(2026, 11, 30, tzinfo=UTC), requests_per_second=RATE,
+                        duration_s=base_n / RATE)
+    base = list(generate_events(cfg))
+    span_ms = int(base_n / RATE * 1000)
+    dec, enc = msgspec.json.Decoder(), msgspec.json.Encoder()
+    decoded = [(e.stream, dec.decode(e.value), e.ts_ms) for e in base]
+    out: list[GeneratedEvent] = []
+    copies = -(-n_requests // base_n)
+    for c in range(copies):
+        for stream, doc, ts in decoded:
+            d = dict(doc)
+            d["event_id"] = f"{c}-{d['event_id']}"
+            d["request_id"] = f"{c}-{d['request_id']}"
+            d["ts"] = int(ts + c * span_ms)
+            out.append(GeneratedEvent(stream, d["request_id"].encode(), enc.encode(d), d["ts"]))
+    return out
+
+
+def run_core(events: list[GeneratedEvent]) -> tuple[float, int]:
+    proc = StreamProcessor(StreamConfig(), clock=ManualClock())
+    imp, fb = proc.process_impression, proc.process_feedback
+    t0 = time.perf_counter()
+    for e in events:
+        if e.stream == "impressions":
+            imp(e.value)
+        else:
+            fb(e.value)
+    proc.flush()
+    elapsed = time.perf_counter() - t0
+    return elapsed, proc.stats().finalized_requests
+
+
+GRADES = {"click": 1, "add_to_cart": 2, "purchase": 3}
+
+
+def run_reference(events: list[GeneratedEvent], attribution_ms: int = 1_800_000) -> tuple[float, int]:
+    """A plain join: dicts from msgspec, a dict of item dicts per request, the kernel per 1 s of deadlines."""
+    decode = msgspec.json.decode
+    options = MetricOptions()
+    pending: dict[str, dict[str, Any]] = {}
+    done = 0
+    max_ts = 0
+
+    def finalize(upto: int) -> None:
+        nonlocal done
+        due = [rid for rid, r in pending.items() if r["ts"] + attribution_ms < upto]
+        if not due:
+            return
+        labels: list[float] = []
+        scores: list[float] = []
+        lengths = []
+        for rid in due:
+            items = sorted(pending.pop(rid)["items"].values(), key=lambda it: it["position"])
+            labels += [it["label"] for it in items]
+            scores += [it["score"] for it in items]
+            lengths.append(len(items))
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        aggregate_lists(labels, scores, offsets, np.zeros(len(lengths), np.int64), 1, options)
+        done += len(due)
+
+    t0 = time.perf_counter()
+    next_check = 0
+    for e in events:
+        doc = decode(e.value)
+        ts = doc["ts"]
+        if e.stream == "impressions":
+            pending[doc["request_id"]] = {
+                "ts": ts,
+                "items": {it["item_id"]: {"position": it["position"], "score": float(it["score"]), "label": 0.0}
+                          for it in doc["items"]},
+            }
+        else:
+            req = pending.get(doc["request_id"])
+            if req is not None:
+                item = req["items"].get(doc["item_id"])
+                if item is not None:
+                    item["label"] = max(item["label"], float(doc.get("grade") or GRADES[doc["action"]]))
+        if ts > max_ts:
+            max_ts = ts
+            if max_ts - 60_000 >= next_check:  # watermark with 60 s disorder, 1 s steps
+                finalize(max_ts - 60_000)
+                next_check = max_ts - 60_000 + 1_000
+    finalize(2**62)
+    return time.perf_counter() - t0, done
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def pending_memory(events: list[GeneratedEvent], which: str) -> tuple[float, float, int]:
+    """Bytes per pending request (tracemalloc, RSS growth) holding every impression of ``events``."""
+    impressions = [e.value for e in events if e.stream == "impressions"]
+    gc.collect()
+    rss0 = rss_bytes()
+    tracemalloc.start()
+    if which == "core":
+        # A long attribution window keeps every request pending.
+        holder: Any = StreamProcessor(StreamConfig(attribution_window_ms=10**12, max_pending_requests=10**8),
+                                      clock=ManualClock())
+        for raw in impressions:
+            holder.process_impression(raw)
+        n = holder.stats().pending_requests
+    else:
+        holder = {}
+        for raw in impressions:
+            doc = msgspec.json.decode(raw)
+            holder[doc["request_id"]] = {
+                "ts": doc["ts"],
+                "items": {it["item_id"]: {"position": it["position"], "score": float(it["score"]), "label": 0.0}
+                          for it in doc["items"]},
+            }
+        n = len(holder)
+    traced, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss = rss_bytes() - rss0
+    del holder
+    gc.collect()
+    return traced / n, rss / n, n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--requests", type=int, default=200_000)
+    ap.add_argument("--memory-requests", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    events = build_events(args.requests)
+    n_imp = sum(e.stream == "impressions" for e in events)
+    print(f"events: {len(events)} ({n_imp} impressions of 20 items, {len(events) - n_imp} clicks)")
+    core, ref = [], []
+    for _ in range(args.repeat):
+        t, n = run_core(events)
+        core.append(t)
+        t, n_ref = run_reference(events)
+        ref.append(t)
+        assert n == n_ref == n_imp, (n, n_ref, n_imp)
+    tc, tr = statistics.median(core), statistics.median(ref)
+    print(f"core:      {n_imp / tc:10,.0f} requests/s  {len(events) / tc:10,.0f} events/s  "
+          f"{n_imp * 20 / tc:12,.0f} items/s  (median of {args.repeat}: {tc:.2f} s)")
+    print(f"reference: {n_imp / tr:10,.0f} requests/s  {len(events) / tr:10,.0f} events/s  "
+          f"{n_imp * 20 / tr:12,.0f} items/s  (median of {args.repeat}: {tr:.2f} s)")
+    print(f"core / reference throughput: {tr / tc:.2f}x")
+    mem_events = events if args.memory_requests == args.requests else build_events(args.memory_requests)
+    del events
+    for which in ("core", "reference"):
+        traced, rss, n = pending_memory(mem_events, which)
+        print(f"pending {which:9s}: {n} requests  {traced:7.0f} B/request ({traced / 20:5.1f} B/item) traced, "
+              f"{rss:7.0f} B/request RSS growth")
+
+
+if __name__ == "__main__":
+    main()

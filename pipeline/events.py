@@ -1,0 +1,58 @@
+"""Decoded, validated events of SPEC section 1 (what :mod:`pipeline.validation` hands to the join).
+
+An impression is kept as parallel tuples (``item_ids``, ``positions``, ``scores``) rather than a list of
+item objects: the join packs them into compact per-request columns without touching each item twice.
+List-form and item-form impressions decode to the same :class:`Impression`; the item form has one item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class SourceRef(NamedTuple):
+    """Where an event came from (Kafka coordinates, or a file and line for replay)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Impression:
+    """One impression event, list form or item form.
+
+    ``positions`` are the served 1-based positions (distinct within the event), ``scores`` are finite.
+    ``labels`` holds the slice labels (segment, surface, variant, model), ``"unknown"`` when absent.
+    """
+
+    event_id: str
+    request_id: str
+    ts_ms: int
+    item_ids: tuple[str, ...]
+    positions: tuple[int, ...]
+    scores: tuple[float, ...]
+    segment: str = "unknown"
+    surface: str = "unknown"
+    variant: str = "unknown"
+    model: str = "unknown"
+    item_form: bool = False
+
+    def label(self, name: str) -> str:
+        return str(getattr(self, name))
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """One feedback event; ``grade`` is already resolved from ``action`` or the ``grade`` field."""
+
+    event_id: str
+    request_id: str
+    item_id: str
+    ts_ms: int
+    grade: int
+    action: str | None = None
+
+
+Event = Impression | Feedback

@@ -1,0 +1,333 @@
+"""The impression-feedback join: a compact, columnar store of requests awaiting finalization.
+
+Layout (one *slot* per pending request; slots are reused through a free list):
+
+- ``index``: ``request_id -> slot`` (the only per-request dict entry),
+- fixed columns in ``array`` s: ``ts`` (int64 request_ts = earliest impression ts) and ``combo`` (int32 id
+  of the capped slice labels),
+- variable columns, one Python object per request, never one per item: ``item_ids`` (the ids joined by
+  NUL in one ``str``), ``scores`` (float64 packed in one ``bytes``), ``positions`` (``None`` when the items
+  are exactly positions ``1..n`` in order, the common list-form case, else an ``array('i')``) and
+  ``feedback`` (``None`` or a small list of ``(item_id, grade, ts_ms, counted)``).
+
+A 20-item list-form request costs about 600 bytes (~30 bytes per item); see docs/benchmarks.md.
+
+Requests are grouped into *finalization buckets* of ``step_ms`` by their deadline
+``request_ts + attribution_window``: bucket ``b`` holds deadlines in ``[b*step, (b+1)*step)``. Buckets are
+finalized whole and in order, so which requests are finalized together does not depend on arrival order
+(the sums in the windows come out bit-identical however the events were shuffled within the allowed
+disorder). Bucket lists may hold stale slots (a request whose request_ts moved earlier, or a freed and
+reused slot); :meth:`PendingRequests.take_bucket` filters them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.events import Feedback, Impression
+from pipeline.validation import Rejection, RejectReason
+
+SEP = "\x00"  # item ids never contain NUL (validation rejects them)
+_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _pack_scores(scores: tuple[float, ...]) -> bytes:
+    n = len(scores)
+    st = _STRUCTS.get(n)
+    if st is None:
+        st = _STRUCTS[n] = struct.Struct(f"<{n}d")
+    return st.pack(*scores)
+
+
+# One pending feedback: item id, grade, feedback ts, and whether it was already counted as accepted.
+FeedbackEntry = tuple[str, int, int, bool]
+
+
+@dataclass
+class FinalizedBatch:
+    """Flat lists of finalized requests, ready for the kernel (each list in served-position order)."""
+
+    request_ids: list[str]
+    ts_ms: npt.NDArray[np.int64]
+    combo: npt.NDArray[np.int64]
+    labels: npt.NDArray[np.float64]
+    scores: npt.NDArray[np.float64]
+    offsets: npt.NDArray[np.int64]
+    feedback_accepted: int = 0  # feedback decided only now (it predated its request's ts when it came)
+    feedback_late: int = 0  # ... and found outside the attribution window
+    feedback_detached: int = 0  # counted accepted on arrival, outside the window of the final request_ts
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.ts_ms.size)
+
+    @property
+    def n_items(self) -> int:
+        return int(self.scores.size)
+
+    def select(self, keep: npt.NDArray[np.bool_]) -> FinalizedBatch:
+        """The requests where ``keep`` is true (request ids are not carried over)."""
+        lengths = np.diff(self.offsets)
+        item_keep = np.repeat(keep, lengths)
+        offsets = np.concatenate(([0], np.cumsum(lengths[keep]))).astype(np.int64)
+        return FinalizedBatch([], self.ts_ms[keep], self.combo[keep], self.labels[item_keep],
+                              self.scores[item_keep], offsets)
+
+    @staticmethod
+    def concat(batches: list[FinalizedBatch]) -> FinalizedBatch:
+        """All requests of ``batches``, in order (request ids are not carried over)."""
+        if len(batches) == 1:
+            return batches[0]
+        lengths = np.concatenate([np.diff(b.offsets) for b in batches])
+        return FinalizedBatch(
+            [], np.concatenate([b.ts_ms for b in batches]), np.concatenate([b.combo for b in batches]),
+            np.concatenate([b.labels for b in batches]), np.concatenate([b.scores for b in batches]),
+            np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+        )
+
+    def to_state(self) -> list[bytes]:
+        return [a.astype(a.dtype.newbyteorder("<")).tobytes()
+                for a in (self.ts_ms, self.combo, self.labels, self.scores, self.offsets)]
+
+    @classmethod
+    def from_state(cls, state: list[bytes]) -> FinalizedBatch:
+        ts, combo, labels, scores, offsets = (
+            np.frombuffer(b, dtype=d).astype(d.lstrip("<"))
+            for b, d in zip(state, ("<i8", "<i8", "<f8", "<f8", "<i8"), strict=True)
+        )
+        return cls([], ts, combo, labels, scores, offsets)
+
+
+class PendingRequests:
+    """Pending requests in packed columns, bucketed by finalization deadline."""
+
+    def __init__(self, *, attribution_window_ms: int, step_ms: int, max_items_per_request: int) -> None:
+        self.attribution_window_ms = attribution_window_ms
+        self.step_ms = step_ms
+        self.max_items = max_items_per_request
+        self.index: dict[str, int] = {}
+        self.rid: list[str | None] = []
+        self.ts = array("q")
+        self.combo = array("i")
+        self.item_ids: list[str | None] = []
+        self.scores: list[bytes | None] = []
+        self.positions: list[array[int] | None] = []
+        self.feedback: list[list[FeedbackEntry] | None] = []
+        self.free: list[int] = []
+        self.buckets: dict[int, list[int]] = {}
+        self.bucket_heap: list[int] = []
+        self.n_items = 0
+        self._seq = [tuple(range(1, n + 1)) for n in range(max_items_per_request + 1)]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def bucket_of(self, ts_ms: int) -> int:
+        return (ts_ms + self.attribution_window_ms) // self.step_ms
+
+    def _file(self, slot: int, ts_ms: int) -> None:
+        b = (ts_ms + self.attribution_window_ms) // self.step_ms
+        lst = self.buckets.get(b)
+        if lst is None:
+            self.buckets[b] = [slot]
+            heapq.heappush(self.bucket_heap, b)
+        else:
+            lst.append(slot)
+
+    # -- adding ----------------------------------------------------------------------------------------
+    def add(self, imp: Impression, combo: int) -> int:
+        """A new pending request from its first impression; returns the slot."""
+        n = len(imp.scores)
+        ids, scores, positions = imp.item_ids, imp.scores, imp.positions
+        pos_col: array[int] | None = None
+        if positions != self._seq[n]:
+            order = sorted(range(n), key=positions.__getitem__)
+            ids = tuple(ids[i] for i in order)
+            scores = tuple(scores[i] for i in order)
+            pos_col = array("i", [positions[i] for i in order])
+        packed = _pack_scores(scores)
+        joined = SEP.join(ids)
+        if self.free:
+            slot = self.free.pop()
+            self.rid[slot] = imp.request_id
+            self.ts[slot] = imp.ts_ms
+            self.combo[slot] = combo
+            self.item_ids[slot] = joined
+            self.scores[slot] = packed
+            self.positions[slot] = pos_col
+            self.feedback[slot] = None
+        else:
+            slot = len(self.rid)
+            self.rid.append(imp.request_id)
+            self.ts.append(imp.ts_ms)
+            self.combo.append(combo)
+            self.item_ids.append(joined)
+            self.scores.append(packed)
+            self.positions.append(pos_col)
+            self.feedback.append(None)
+        self.index[imp.request_id] = slot
+        self.n_items += n
+        self._file(slot, imp.ts_ms)
+        return slot
+
+    def extend(self, slot: int, imp: Impression) -> Rejection | None:
+        """Add more items (item form, or a second list) to a pending request."""
+        old_scores = self.scores[slot]
+        assert old_scores is not None
+        have = len(old_scores) // 8
+        n = len(imp.scores)
+        if have + n > self.max_items:
+            return Rejection(RejectReason.too_many_items, f"request would have {have + n} items > {self.max_items}")
+        pos = self.positions[slot]
+        if pos is None:
+            pos = array("i", range(1, have + 1))
+        taken = set(pos)
+        if any(p in taken for p in imp.positions):
+            return Rejection(RejectReason.duplicate_position, "position already filled for this request")
+        pos.extend(imp.positions)
+        self.positions[slot] = pos
+        self.scores[slot] = old_scores + _pack_scores(imp.scores)
+        self.item_ids[slot] = f"{self.item_ids[slot]}{SEP}{SEP.join(imp.item_ids)}"
+        self.n_items += n
+        if imp.ts_ms < self.ts[slot]:
+            self.ts[slot] = imp.ts_ms
+            self._file(slot, imp.ts_ms)
+        return None
+
+    def add_feedback(self, slot: int, entry: FeedbackEntry) -> None:
+        fb = self.feedback[slot]
+        if fb is None:
+            self.feedback[slot] = [entry]
+        else:
+            fb.append(entry)
+
+    # -- finalizing ------------------------------------------------------------------------------------
+    def next_bucket(self) -> int | None:
+        return self.bucket_heap[0] if self.bucket_heap else None
+
+    def take_bucket(self) -> list[int]:
+        """Pop the earliest bucket; its live slots (deduplicated), sorted by (request_ts, request_id)."""
+        b = heapq.heappop(self.bucket_heap)
+        raw = self.buckets.pop(b)
+        att, step, rid, ts = self.attribution_window_ms, self.step_ms, self.rid, self.ts
+        live = {s for s in raw if rid[s] is not None and (ts[s] + att) // step == b}
+        return sorted(live, key=lambda s: (ts[s], rid[s]))
+
+    def finalize(self, slots: list[int]) -> FinalizedBatch:
+        """Remove ``slots`` and return their flat, labelled lists."""
+        att = self.attribution_window_ms
+        lengths: list[int] = []
+        score_parts: list[bytes] = []
+        request_ids: list[str] = []
+        labelled: list[tuple[int, list[float]]] = []  # (request number, labels) for requests with feedback
+        accepted = late = detached = 0
+        for j, s in enumerate(slots):
+            sc = self.scores[s]
+            ids_joined = self.item_ids[s]
+            assert sc is not None and ids_joined is not None
+            pos = self.positions[s]
+            fb = self.feedback[s]
+            n = len(sc) // 8
+            ids: list[str] | None = None
+            if pos is not None and any(pos[i] > pos[i + 1] for i in range(n - 1)):
+                order = sorted(range(n), key=pos.__getitem__)
+                ids_all = ids_joined.split(SEP)
+                ids = [ids_all[i] for i in order]
+                vals = struct.unpack(f"<{n}d", sc)
+                sc = _pack_scores(tuple(vals[i] for i in order))
+            if fb is not None:
+                if ids is None:
+                    ids = ids_joined.split(SEP)
+                rts = self.ts[s]
+                grades = [0.0] * n
+                for item, grade, fts, counted in fb:
+                    inside = rts <= fts <= rts + att
+                    if not inside:
+                        if counted:
+                            detached += 1
+                        else:
+                            late += 1
+                        continue
+                    if not counted:
+                        accepted += 1
+                    i = -1
+                    while True:  # every position showing the item (usually exactly one)
+                        try:
+                            i = ids.index(item, i + 1)
+                        except ValueError:
+                            break
+                        if grade > grades[i]:
+                            grades[i] = float(grade)
+                labelled.append((j, grades))
+            lengths.append(n)
+            score_parts.append(sc)
+            request_ids.append(self.rid[s])  # type: ignore[arg-type]
+        ts_arr = np.array([self.ts[s] for s in slots], dtype=np.int64)
+        combo_arr = np.array([self.combo[s] for s in slots], dtype=np.int64)
+        for s in slots:
+            self._release(s)
+        offsets = np.zeros(len(slots) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        scores = np.frombuffer(b"".join(score_parts), dtype="<f8").astype(np.float64)
+        labels = np.zeros(scores.size, dtype=np.float64)
+        for j, grades in labelled:
+            labels[offsets[j] : offsets[j + 1]] = grades
+        return FinalizedBatch(request_ids, ts_arr, combo_arr, labels, scores, offsets, accepted, late, detached)
+
+    def _release(self, s: int) -> None:
+        rid = self.rid[s]
+        assert rid is not None
+        del self.index[rid]
+        sc = self.scores[s]
+        self.n_items -= len(sc) // 8 if sc is not None else 0
+        self.rid[s] = None
+        self.item_ids[s] = None
+        self.scores[s] = None
+        self.positions[s] = None
+        self.feedback[s] = None
+        self.free.append(s)
+
+    # -- snapshot --------------------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """Live requests only, sorted by slot order of (request_ts, request_id); buckets are rebuilt."""
+        slots = sorted(self.index.values(), key=lambda s: (self.ts[s], self.rid[s]))
+        return {
+            "rid": [self.rid[s] for s in slots],
+            "ts": [self.ts[s] for s in slots],
+            "combo": [self.combo[s] for s in slots],
+            "item_ids": [self.item_ids[s] for s in slots],
+            "scores": [self.scores[s] for s in slots],
+            "positions": [None if self.positions[s] is None else self.positions[s].tobytes() for s in slots],  # type: ignore[union-attr]
+            "feedback": [self.feedback[s] for s in slots],
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, Any], *, attribution_window_ms: int, step_ms: int, max_items_per_request: int
+    ) -> PendingRequests:
+        out = cls(attribution_window_ms=attribution_window_ms, step_ms=step_ms, max_items_per_request=max_items_per_request)
+        for i, rid in enumerate(state["rid"]):
+            out.rid.append(rid)
+            out.ts.append(int(state["ts"][i]))
+            out.combo.append(int(state["combo"][i]))
+            out.item_ids.append(state["item_ids"][i])
+            out.scores.append(bytes(state["scores"][i]))
+            pos = state["positions"][i]
+            out.positions.append(None if pos is None else array("i", bytes(pos)))
+            fb = state["feedback"][i]
+            out.feedback.append(None if fb is None else [(str(a), int(b), int(c), bool(d)) for a, b, c, d in fb])
+            out.index[rid] = i
+            out.n_items += len(out.scores[i]) // 8  # type: ignore[arg-type]
+            out._file(i, out.ts[i])
+        return out
+
+
+def feedback_entry(fb: Feedback, counted: bool) -> FeedbackEntry:
+    return (fb.item_id, fb.grade, fb.ts_ms, counted)

@@ -1,0 +1,408 @@
+"""The streaming core: validated events in, published event-time windows out (SPEC sections 1 to 3).
+
+:class:`StreamProcessor` wires :mod:`pipeline.validation` (decoding), :mod:`pipeline.join` (pending
+requests), :mod:`pipeline.memory` (dedupe, finalized ids, early feedback), :mod:`pipeline.watermark` and
+:mod:`pipeline.windows`. It is single-threaded and pure: time comes from event timestamps and, only in
+:meth:`StreamProcessor.tick`, from the injected clock. docs/streaming.md explains every decision.
+
+Event outcomes (``stats().outcomes[stream][outcome]``), each event counted exactly once:
+
+- ``rejected``: bad input (reason in ``stats().rejects``), sent to the dead-letter sink;
+- ``duplicate``: an ``event_id`` already seen (within the dedupe memory);
+- ``late``: an impression whose request's deadline the stepped watermark already passed, or feedback that
+  came after its request was finalized or lies outside its attribution window;
+- ``orphan``: feedback whose request was never seen by the time no impression could still claim it;
+- ``accepted``: everything else (feedback: once it is attributed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from pipeline.aggregates import aggregate_lists
+from pipeline.clock import Clock, datetime_to_ms
+from pipeline.deadletter import DeadLetter, DeadLetterSink
+from pipeline.events import Feedback, Impression, SourceRef
+from pipeline.join import FinalizedBatch, PendingRequests, feedback_entry
+from pipeline.memory import EarlyFeedback, ExpiringIds
+from pipeline.options import MetricOptions
+from pipeline.published import PublishedWindow
+from pipeline.slicing import LabelCapper, SliceKey, SliceSpec
+from pipeline.snapshot import decode_snapshot, encode_snapshot
+from pipeline.validation import (
+    DEFAULT_ACTION_GRADES,
+    Rejection,
+    RejectReason,
+    decode_feedback,
+    decode_impression,
+)
+from pipeline.watermark import Watermark
+from pipeline.windows import FinalizedStaging, WindowSet, parse_duration_ms
+
+STREAMS = ("impressions", "clicks")
+OUTCOMES = ("accepted", "duplicate", "rejected", "orphan", "late")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Settings of the streaming core (all times in event-time milliseconds unless said otherwise)."""
+
+    windows: tuple[str, ...] = ("5m", "1h")
+    attribution_window_ms: int = 30 * 60 * 1000
+    allowed_disorder_ms: int = 60_000
+    idle_timeout_ms: int = 120_000  # clock time without events before a partition stops holding the watermark
+    max_pending_requests: int = 1_000_000
+    max_items_per_request: int = 200
+    max_event_bytes: int = 1_000_000
+    dedupe_capacity: int = 5_000_000
+    action_grades: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(dict(DEFAULT_ACTION_GRADES)))
+    metric_options: MetricOptions = MetricOptions()
+    slice_spec: SliceSpec = SliceSpec()
+    # Additions beyond the first API sketch:
+    finalize_step_ms: int = 1_000  # finalization granularity: requests are finalized in buckets of this size
+    max_pending_feedback: int = 1_000_000  # feedback events waiting for their impression
+    finalized_memory: int = 1_000_000  # finalized request ids remembered to tell late feedback from orphans
+
+    def __post_init__(self) -> None:
+        for w in self.windows:
+            parse_duration_ms(w)
+        positive = ("attribution_window_ms", "max_pending_requests", "max_items_per_request", "max_event_bytes",
+                    "dedupe_capacity", "finalize_step_ms", "max_pending_feedback", "finalized_memory", "idle_timeout_ms")
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.allowed_disorder_ms < 0:
+            raise ValueError("allowed_disorder_ms must be >= 0")
+        if not self.windows:
+            raise ValueError("at least one window size is needed")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Settings a snapshot's meaning depends on."""
+        return {
+            "windows": list(self.windows),
+            "attribution_window_ms": self.attribution_window_ms,
+            "finalize_step_ms": self.finalize_step_ms,
+            "slice_by": list(self.slice_spec.by),
+            "metric_options": self.metric_options.to_dict(),
+        }
+
+
+@dataclass
+class StreamStats:
+    """Counters and gauges of a processor (all counters are cumulative since the first event)."""
+
+    outcomes: dict[str, dict[str, int]]
+    rejects: dict[tuple[str, str], int]
+    pending_requests: int
+    pending_items: int
+    pending_feedback: int
+    watermark_ms: int | None
+    evicted_requests: int
+    finalized_requests: int
+    feedback_detached: int
+    label_values: dict[str, int]
+    label_overflow: dict[str, int]
+    windows_published: dict[str, int]
+    dedupe_ids: int
+    dedupe_forgotten_at_capacity: int
+
+
+class StreamProcessor:
+    """Decode, validate, dedupe, join, window and publish (see module docstring)."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        *,
+        clock: Clock,
+        dead_letters: DeadLetterSink | None = None,
+        partitions: tuple[int, ...] = (),
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.dead_letters = dead_letters
+        self.partitions = tuple(partitions)
+        cfg = config
+        self._attr = cfg.attribution_window_ms
+        self._step = cfg.finalize_step_ms
+        self._grades = dict(cfg.action_grades)
+        self._pending = PendingRequests(
+            attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
+            max_items_per_request=cfg.max_items_per_request,
+        )
+        self._early = EarlyFeedback(
+            attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
+            capacity=cfg.max_pending_feedback,
+        )
+        self._seen = ExpiringIds(
+            capacity=cfg.dedupe_capacity,
+            retention_ms=cfg.attribution_window_ms + cfg.allowed_disorder_ms + cfg.finalize_step_ms,
+        )
+        self._finalized = ExpiringIds(capacity=cfg.finalized_memory, retention_ms=cfg.attribution_window_ms)
+        self._watermark = Watermark(
+            partitions=self.partitions, allowed_disorder_ms=cfg.allowed_disorder_ms, idle_timeout_ms=cfg.idle_timeout_ms
+        )
+        self._wm_step: int | None = None  # the stepped watermark everything is decided against
+        self._windows = WindowSet(cfg.windows, cfg.metric_options)
+        self._staging = FinalizedStaging(
+            group_ms=math.gcd(*self._windows.sizes_ms), attribution_window_ms=cfg.attribution_window_ms
+        )
+        self._capper = LabelCapper(cfg.slice_spec.max_values_per_label)
+        self._by = cfg.slice_spec.by
+        self._combo_ids: dict[tuple[str, ...], int] = {}
+        self._combo_keys: list[SliceKey] = []
+        self._combo_cache: dict[tuple[str, ...], int] = {}  # raw values that needed no folding -> combo
+        self._imp = dict.fromkeys(OUTCOMES, 0)
+        self._clk = dict.fromkeys(OUTCOMES, 0)
+        self._rejects: dict[tuple[str, str], int] = {}
+        self._evicted = 0
+        self._finalized_count = 0
+        self._detached = 0
+
+    # -- public API ------------------------------------------------------------------------------------
+    def process_impression(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
+        cfg = self.config
+        imp = decode_impression(raw, max_event_bytes=cfg.max_event_bytes, max_items=cfg.max_items_per_request)
+        if type(imp) is not Impression:
+            self._reject("impressions", raw, imp, source)  # type: ignore[arg-type]
+            return []
+        if imp.event_id in self._seen:
+            self._imp["duplicate"] += 1
+            return []
+        out = self._observe(source, imp.ts_ms)
+        self._seen.add(imp.event_id, self._wm_step or 0)
+        rid = imp.request_id
+        ws = self._wm_step
+        if (ws is not None and imp.ts_ms + self._attr < ws) or rid in self._finalized:
+            self._imp["late"] += 1
+            return out
+        pending = self._pending
+        slot = pending.index.get(rid)
+        if slot is None:
+            if len(pending.index) >= cfg.max_pending_requests:
+                out.extend(self._evict())
+            slot = pending.add(imp, self._combo(imp))
+            if self._early.count and rid in self._early.by_request:
+                for entry in self._early.pop(rid):
+                    self._attach(slot, entry)
+        else:
+            problem = pending.extend(slot, imp)
+            if problem is not None:
+                self._reject("impressions", raw, problem, source)
+                return out
+        self._imp["accepted"] += 1
+        return out
+
+    def process_feedback(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
+        fb = decode_feedback(raw, action_grades=self._grades, max_event_bytes=self.config.max_event_bytes)
+        if type(fb) is not Feedback:
+            self._reject("clicks", raw, fb, source)  # type: ignore[arg-type]
+            return []
+        if fb.event_id in self._seen:
+            self._clk["duplicate"] += 1
+            return []
+        out = self._observe(source, fb.ts_ms)
+        self._seen.add(fb.event_id, self._wm_step or 0)
+        slot = self._pending.index.get(fb.request_id)
+        if slot is not None:
+            self._attach(slot, feedback_entry(fb, False))
+        elif fb.request_id in self._finalized:
+            self._clk["late"] += 1
+        elif self._wm_step is not None and fb.ts_ms + self._attr < self._wm_step:
+            self._clk["orphan"] += 1  # no impression that is not late could still claim it
+        else:
+            if self._early.count >= self.config.max_pending_feedback:
+                self._clk["orphan"] += self._early.evict_oldest()
+            self._early.add(fb.request_id, feedback_entry(fb, False))
+        return out
+
+    def tick(self) -> list[PublishedWindow]:
+        """Idle handling: let the clock move the watermark of partitions without traffic."""
+        wm = self._watermark.tick(datetime_to_ms(self.clock.now()))
+        return self._maybe_advance(wm)
+
+    def flush(self) -> list[PublishedWindow]:
+        """End of input: finalize every pending request, orphan waiting feedback, publish every window."""
+        while self._pending.next_bucket() is not None:
+            self._finalize_bucket(evicted=False)
+        self._clk["orphan"] += self._early.expire(2**62)
+        for staged in self._staging.complete(None):
+            self._aggregate(staged)
+        return self._windows.close(None, self._combo_keys, self.partitions)
+
+    def stats(self) -> StreamStats:
+        return StreamStats(
+            outcomes={"impressions": dict(self._imp), "clicks": dict(self._clk)},
+            rejects=dict(self._rejects),
+            pending_requests=len(self._pending),
+            pending_items=self._pending.n_items,
+            pending_feedback=len(self._early),
+            watermark_ms=self._watermark.value,
+            evicted_requests=self._evicted,
+            finalized_requests=self._finalized_count,
+            feedback_detached=self._detached,
+            label_values={lbl: self._capper.distinct(lbl) for lbl in self._by},
+            label_overflow={lbl: self._capper.overflow.get(lbl, 0) for lbl in self._by},
+            windows_published=dict(self._windows.published),
+            dedupe_ids=len(self._seen),
+            dedupe_forgotten_at_capacity=self._seen.forgotten_at_capacity,
+        )
+
+    # -- internals -------------------------------------------------------------------------------------
+    def _reject(self, stream: str, raw: bytes, rejection: Rejection, source: SourceRef | None) -> None:
+        (self._imp if stream == "impressions" else self._clk)["rejected"] += 1
+        key = (stream, str(rejection.reason))
+        self._rejects[key] = self._rejects.get(key, 0) + 1
+        if self.dead_letters is not None:
+            self.dead_letters.send(DeadLetter(stream, raw, rejection.reason, rejection.detail, source))
+
+    def _combo(self, imp: Impression) -> int:
+        raw = tuple([imp.label(lbl) for lbl in self._by])
+        combo = self._combo_cache.get(raw)
+        if combo is not None:
+            return combo
+        capped = tuple(self._capper.cap(lbl, v) for lbl, v in zip(self._by, raw, strict=True))
+        combo = self._combo_ids.get(capped)
+        if combo is None:
+            combo = self._combo_ids[capped] = len(self._combo_keys)
+            self._combo_keys.append(tuple(zip(self._by, capped, strict=True)))
+        if capped == raw:
+            self._combo_cache[raw] = combo
+        return combo
+
+    def _attach(self, slot: int, entry: tuple[str, int, int, bool]) -> None:
+        """Feedback for a pending request: accepted if inside its window, late if after, undecided if before."""
+        rts = self._pending.ts[slot]
+        fts = entry[2]
+        if fts > rts + self._attr:
+            self._clk["late"] += 1  # request_ts can only move earlier, so this stays outside
+            return
+        counted = fts >= rts
+        if counted:
+            self._clk["accepted"] += 1
+        self._pending.add_feedback(slot, (entry[0], entry[1], fts, counted))
+
+    def _observe(self, source: SourceRef | None, ts_ms: int) -> list[PublishedWindow]:
+        wm = self._watermark.observe(None if source is None else source.partition, ts_ms)
+        if wm is None or (self._wm_step is not None and wm < self._wm_step + self._step):
+            return []  # still inside the current step: nothing to decide
+        return self._maybe_advance(wm)
+
+    def _maybe_advance(self, wm: int | None) -> list[PublishedWindow]:
+        if wm is None:
+            return []
+        ws = wm // self._step * self._step
+        if self._wm_step is not None and ws <= self._wm_step:
+            return []
+        self._wm_step = ws
+        pending, step = self._pending, self._step
+        while (b := pending.next_bucket()) is not None and (b + 1) * step <= ws:
+            self._finalize_bucket(evicted=False)
+        self._clk["orphan"] += self._early.expire(ws)
+        self._seen.expire(ws)
+        self._finalized.expire(ws)
+        for staged in self._staging.complete(ws):
+            self._aggregate(staged)
+        return self._windows.close(ws - self._attr, self._combo_keys, self.partitions)
+
+    def _evict(self) -> list[PublishedWindow]:
+        """At the pending cap: finalize the earliest bucket now (counted as evicted)."""
+        while len(self._pending) >= self.config.max_pending_requests and self._pending.next_bucket() is not None:
+            self._finalize_bucket(evicted=True)
+        return []
+
+    def _finalize_bucket(self, *, evicted: bool) -> None:
+        slots = self._pending.take_bucket()
+        if not slots:
+            return
+        batch = self._pending.finalize(slots)
+        self._clk["accepted"] += batch.feedback_accepted
+        self._clk["late"] += batch.feedback_late
+        self._detached += batch.feedback_detached
+        self._finalized_count += batch.n_requests
+        if evicted:
+            self._evicted += batch.n_requests
+        tag = self._wm_step or 0
+        for rid in batch.request_ids:
+            self._finalized.add(rid, tag)
+        for staged in self._staging.add(batch):
+            self._aggregate(staged)
+
+    def _aggregate(self, batch: FinalizedBatch) -> None:
+        """One kernel call for the batch; parts per (window starts, slice) go to the window accumulators."""
+        sizes = self._windows.sizes_ms
+        ts = batch.ts_ms
+        keys = np.stack([ts - ts % size for size in sizes] + [batch.combo], axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        parts = aggregate_lists(
+            batch.labels, batch.scores, batch.offsets, inverse.reshape(-1), len(uniq), self.config.metric_options
+        )
+        for row, part in zip(uniq.tolist(), parts, strict=True):
+            for i in range(len(sizes)):
+                self._windows.add(i, row[i], row[-1], part)
+
+    # -- snapshot --------------------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        """The whole state as msgpack bytes; :meth:`restore` gives a processor that behaves identically."""
+        state = {
+            "pending": self._pending.to_state(),
+            "early": self._early.to_state(),
+            "seen": self._seen.to_state(),
+            "finalized": self._finalized.to_state(),
+            "watermark": self._watermark.to_state(),
+            "wm_step": self._wm_step,
+            "windows": self._windows.to_state(),
+            "staging": self._staging.to_state(),
+            "published": self._windows.published,
+            "capper": self._capper.to_state(),
+            "combos": [[list(k) for k in key] for key in self._combo_keys],
+            "combo_cache": [[list(raw), c] for raw, c in self._combo_cache.items()],
+            "imp": self._imp,
+            "clk": self._clk,
+            "rejects": [[s, r, n] for (s, r), n in self._rejects.items()],
+            "counters": [self._evicted, self._finalized_count, self._detached],
+        }
+        return encode_snapshot(self.config.fingerprint(), state)
+
+    @classmethod
+    def restore(
+        cls, data: bytes, *, config: StreamConfig, clock: Clock, dead_letters: DeadLetterSink | None = None
+    ) -> StreamProcessor:
+        state = decode_snapshot(data, config.fingerprint())
+        partitions = tuple(p for p in state["watermark"]["partitions"] if p != -1)
+        out = cls(config, clock=clock, dead_letters=dead_letters, partitions=partitions)
+        cfg = config
+        out._pending = PendingRequests.from_state(
+            state["pending"], attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
+            max_items_per_request=cfg.max_items_per_request,
+        )
+        out._early = EarlyFeedback.from_state(
+            state["early"], attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
+            capacity=cfg.max_pending_feedback,
+        )
+        out._seen = ExpiringIds.from_state(state["seen"], capacity=out._seen.capacity, retention_ms=out._seen.retention_ms)
+        out._finalized = ExpiringIds.from_state(
+            state["finalized"], capacity=out._finalized.capacity, retention_ms=out._finalized.retention_ms
+        )
+        out._watermark.load_state(state["watermark"])
+        out._wm_step = state["wm_step"]
+        out._windows.load_state(state["windows"], state["published"])
+        out._staging.load_state(state["staging"])
+        out._capper = LabelCapper.from_state(state["capper"])
+        out._combo_keys = [tuple((str(a), str(b)) for a, b in key) for key in state["combos"]]
+        out._combo_ids = {tuple(v for _, v in key): i for i, key in enumerate(out._combo_keys)}
+        out._combo_cache = {tuple(raw): int(c) for raw, c in state["combo_cache"]}
+        out._imp.update(state["imp"])
+        out._clk.update(state["clk"])
+        out._rejects = {(s, r): int(n) for s, r, n in state["rejects"]}
+        out._evicted, out._finalized_count, out._detached = (int(x) for x in state["counters"])
+        return out
+
+
+__all__ = ["StreamConfig", "StreamProcessor", "StreamStats", "RejectReason", "STREAMS", "OUTCOMES"]
