@@ -156,8 +156,10 @@ class BaselineWatcher:
                 raise FileNotFoundError(f"{path}: no such file")
             baseline = load_baseline_file(path)
         except (OSError, ValueError) as e:
+            # Warn once per distinct problem: a broken file is retried at every reload.
+            level = logging.DEBUG if self.last_errors.get(name) == str(e) else logging.WARNING
             self.last_errors[name] = str(e)
-            log.warning("baseline %s not (re)loaded, keeping the previous one: %s", name, e)
+            log.log(level, "baseline %s not (re)loaded, keeping the previous one: %s", name, e)
             self._state.record_baseline_load(name, ok=False)
             return False
         self._loaded[path] = baseline

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from prometheus_client.samples import Sample
@@ -152,6 +153,10 @@ class MetricsState:
         self._unmatched: tuple[Sample, ...] = ()
         self._summary: tuple[Sample, ...] = ()
         self._finalized: tuple[Sample, ...] = ()
+        self._views: tuple[
+            Mapping[str, OnlineWindow], Mapping[LabelSet, SeriesValues], Mapping[str, DriftResult]
+        ]
+        self._views = (MappingProxyType({}), MappingProxyType({}), MappingProxyType({}))
         self._snapshot = self._build_snapshot_locked()
 
     @classmethod
@@ -294,6 +299,12 @@ class MetricsState:
         self._drifts = {w: drift(ow.series, ow.primary, self._offline) for w, ow in self._online.items()}
         self._quality, self._requests = self._quality_samples()
         self._drift, self._unmatched = _drift_samples(self._drifts)
+        # Read-only copies for snapshots, made once per change rather than once per snapshot.
+        self._views = (
+            MappingProxyType(dict(self._online)),
+            MappingProxyType(dict(self._offline)),
+            MappingProxyType(dict(self._drifts)),
+        )
 
     def _build_snapshot_locked(self) -> Snapshot:
         self._version += 1
@@ -314,9 +325,9 @@ class MetricsState:
             baseline_loaded=dict(self._baseline_loaded),
             baseline_slices=dict(self._baseline_slices),
             exporter_overflow=dict(self._capper.overflow),
-            online=dict(self._online),
-            offline=dict(self._offline),
-            drifts=dict(self._drifts),
+            online=self._views[0],
+            offline=self._views[1],
+            drifts=self._views[2],
             version_label=self._version_label,
             label_values_limit=self._health.label_values_limit,
         )
