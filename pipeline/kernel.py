@@ -9,11 +9,14 @@ Python loop. Online windows and offline baselines both call :func:`per_request_m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from pipeline.options import MetricOptions
+
+Layout = Literal["auto", "grid", "flat"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -58,7 +61,9 @@ def gains(labels: FloatArray, gain: str) -> FloatArray:
     return np.exp2(labels) - 1.0 if gain == "exponential" else labels
 
 
-def per_request_metrics(labels: npt.ArrayLike, offsets: npt.ArrayLike, options: MetricOptions) -> PerRequestMetrics:
+def per_request_metrics(
+    labels: npt.ArrayLike, offsets: npt.ArrayLike, options: MetricOptions, *, layout: Layout = "auto"
+) -> PerRequestMetrics:
     r"""Compute RR, NDCG@k and AP@k for every list.
 
     Parameters
@@ -69,6 +74,10 @@ def per_request_metrics(labels: npt.ArrayLike, offsets: npt.ArrayLike, options: 
         List boundaries.
     options : MetricOptions
         Cut-offs, gain and MAP normalisation.
+    layout : {"auto", "grid", "flat"}
+        How the lists are processed; every layout gives the same values. ``"grid"`` pads the lists to
+        rows of one length, ``"flat"`` works on the flat items with ``bincount``; ``"auto"`` takes the
+        grid unless padding would more than double the size (one very long list among short ones).
 
     Notes
     -----
@@ -88,6 +97,11 @@ def per_request_metrics(labels: npt.ArrayLike, offsets: npt.ArrayLike, options: 
     lab, off = check_lists(labels, offsets)
     lengths = np.diff(off)
     n = int(lengths.size)
+    width = int(lengths.max()) if n else 0
+    if layout not in ("auto", "grid", "flat"):
+        raise ValueError(f"layout must be 'auto', 'grid' or 'flat', got {layout!r}")
+    if width > 0 and (layout == "grid" or (layout == "auto" and n * width <= 2 * lab.size + 1024)):
+        return _per_request_metrics_2d(lab, off, lengths, width, options)
     req = np.repeat(np.arange(n, dtype=np.int64), lengths)
     rank0 = np.arange(lab.size, dtype=np.int64) - np.repeat(off[:-1], lengths)
     relevant = lab > 0
@@ -115,6 +129,58 @@ def per_request_metrics(labels: npt.ArrayLike, offsets: npt.ArrayLike, options: 
             denom = n_relevant if options.map_normalization == "relevant" else np.minimum(n_relevant, k)
             values[f"map@{k}"] = _ratio_or_nan(total, denom.astype(np.float64), has_rel)
     return PerRequestMetrics(values=values, n_relevant=n_relevant, lengths=lengths.astype(np.int64))
+
+
+def _per_request_metrics_2d(
+    lab: FloatArray, off: IntArray, lengths: IntArray, width: int, options: MetricOptions
+) -> PerRequestMetrics:
+    """The same metrics with the lists as rows of an ``(n, width)`` array, padded with label 0.
+
+    Padding at the end of a list with non-relevant items changes none of the metrics (RR, DCG, the ideal
+    DCG, AP and R only see relevant items, and these keep their ranks), so this equals the flat path. It
+    is used when padding at most doubles the size, the usual case (top-k lists of similar lengths): row
+    operations are contiguous and cumulative sums replace the per-cut-off ``bincount`` passes.
+    """
+    n = int(lengths.size)
+    if lab.size == n * width:
+        grid = lab.reshape(n, width)
+    else:
+        flat = np.zeros(n * width)
+        rank0 = np.arange(lab.size, dtype=np.int64) - np.repeat(off[:-1], lengths)
+        flat[np.repeat(np.arange(n, dtype=np.int64) * width, lengths) + rank0] = lab
+        grid = flat.reshape(n, width)
+    relevant = grid > 0
+    n_relevant = np.count_nonzero(relevant, axis=1).astype(np.int64)
+    has_rel = n_relevant > 0
+    rr = np.full(n, np.nan)
+    rr[has_rel] = 1.0 / (np.argmax(relevant[has_rel], axis=1) + 1.0)
+    values: dict[str, FloatArray] = {"mrr": rr}
+
+    if options.ndcg_cutoffs:
+        depth = min(width, max(options.ndcg_cutoffs))
+        discount = 1.0 / np.log2(np.arange(2, depth + 2, dtype=np.float64))
+        dcg_upto = np.cumsum(gains(grid[:, :depth], options.gain) * discount, axis=1)
+        ideal_upto = _ideal_dcg_2d(grid, depth, discount, options.gain)
+        for k in options.ndcg_cutoffs:
+            col = min(k, depth) - 1
+            values[f"ndcg@{k}"] = _ratio_or_nan(dcg_upto[:, col], ideal_upto[:, col], has_rel)
+
+    if options.map_cutoffs:
+        depth = min(width, max(options.map_cutoffs))
+        top = relevant[:, :depth]
+        hits_upto = np.cumsum(top, axis=1, dtype=np.int64)
+        precision_sum = np.cumsum(np.where(top, hits_upto / np.arange(1.0, depth + 1.0), 0.0), axis=1)
+        for k in options.map_cutoffs:
+            col = min(k, depth) - 1
+            denom = n_relevant if options.map_normalization == "relevant" else np.minimum(n_relevant, k)
+            values[f"map@{k}"] = _ratio_or_nan(precision_sum[:, col], denom.astype(np.float64), has_rel)
+    return PerRequestMetrics(values=values, n_relevant=n_relevant, lengths=lengths.astype(np.int64))
+
+
+def _ideal_dcg_2d(grid: FloatArray, depth: int, discount: FloatArray, gain: str) -> FloatArray:
+    """``ideal[:, j]`` = IDCG@(j + 1) of every row (a row-wise value sort, vectorised by numpy)."""
+    ideal_labels = np.sort(grid, axis=1)[:, ::-1][:, :depth]
+    return np.cumsum(gains(ideal_labels, gain) * discount, axis=1)
 
 
 def _reciprocal_rank(relevant: npt.NDArray[np.bool_], req: IntArray, rank0: IntArray, n: int) -> FloatArray:

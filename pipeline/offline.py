@@ -1,0 +1,400 @@
+"""Offline baselines: metrics of an evaluation set per slice, and the baseline file the service loads.
+
+:func:`compute_baseline` turns a validated evaluation set (see :mod:`pipeline.readers`) into one
+:class:`pipeline.aggregates.RankingAggregate` per slice plus the overall slice, with the same kernel the
+online path uses. It is vectorised end to end: request ids are factorised once, one stable sort puts every
+request's items in rank order, one float sort of the scores serves both the ranking ties and every AUC
+histogram, and the aggregates are built per slice with ``bincount`` -- there is no per-request Python loop.
+
+Rank order within a request (SPEC section 2): by ``position`` when the column exists, otherwise by
+``score`` descending with ties kept in input order. The rank is the place in that order, so positions
+1, 2, 5 give ranks 1, 2, 3 (an item missing from the evaluation set does not leave a hole).
+
+Label caps: offline, all requests are known up front, so each label keeps its ``max_values_per_label``
+most frequent values (counted in requests; ties by name) and folds the rest into ``"__other__"``;
+``label_overflow[label]`` counts the requests folded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from pipeline.aggregates import RankingAggregate, aggregate_groups
+from pipeline.clock import Clock
+from pipeline.kernel import offsets_from_lengths, per_request_metrics
+from pipeline.options import MetricOptions
+from pipeline.readers import (
+    EvaluationSet,
+    RequestLabels,
+    first_rows,
+    order_by_request,
+    read_evaluation_files,
+    validate_evaluation_frame,
+)
+from pipeline.result import result_document
+from pipeline.slicing import OVERFLOW_VALUE, SLICE_LABELS, UNKNOWN_VALUE, SliceKey, SliceSpec
+
+__all__ = [
+    "BASELINE_FORMAT",
+    "Baseline",
+    "BaselineResult",
+    "compute_baseline",
+    "load_baseline",
+    "parse_baseline",
+    "rank_order",
+    "read_evaluation_files",
+    "write_baseline",
+]
+
+IntArray = npt.NDArray[np.int64]
+BASELINE_FORMAT = "rankwatch-baseline/1"
+_COUNT_KEYS = ("requests", "requests_with_relevant", "items")
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """Metrics of an evaluation set: the overall slice, one aggregate per slice, and where they came from."""
+
+    overall: RankingAggregate
+    slices: dict[SliceKey, RankingAggregate]
+    options: MetricOptions
+    slice_spec: SliceSpec
+    inputs: tuple[str, ...] = ()
+    rows: int = 0
+    skipped_rows: int = 0
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    label_overflow: dict[str, int] = field(default_factory=dict)
+    model: str | None = None
+    variant: str | None = None
+
+    def document(self) -> dict[str, Any]:
+        """SPEC section 4's result document, plus ``skipped_rows`` and ``label_overflow``."""
+        doc = result_document(self.overall, self.slices)
+        doc["skipped_rows"] = self.skipped_rows
+        doc["label_overflow"] = dict(self.label_overflow)
+        return doc
+
+
+def compute_baseline(
+    data: EvaluationSet | pd.DataFrame,
+    *,
+    options: MetricOptions | None = None,
+    slice_spec: SliceSpec | None = None,
+    skip_invalid: bool = False,
+) -> BaselineResult:
+    """Per-slice and overall metrics of an evaluation set.
+
+    Parameters
+    ----------
+    data
+        An :class:`EvaluationSet` from :func:`read_evaluation_files`, or a DataFrame with the evaluation
+        columns (validated here, rows numbered from 1 in frame order).
+    options
+        Metric options (cut-offs, gain, MAP normalisation, R = 0 policy); default :class:`MetricOptions`.
+    slice_spec
+        Labels to slice by and the per-label cap; default segment x surface, 50 values per label.
+    skip_invalid
+        For a DataFrame: skip and count invalid rows instead of raising
+        :class:`pipeline.readers.InvalidEvaluationData`.
+    """
+    options = options or MetricOptions()
+    slice_spec = slice_spec or SliceSpec()
+    evalset = data if isinstance(data, EvaluationSet) else validate_evaluation_frame(data, skip_invalid=skip_invalid)
+    frame = evalset.frame
+    codes = evalset.request_codes
+    scores = frame["score"].to_numpy(dtype=np.float64)
+    labels = frame["label"].to_numpy(dtype=np.float64)
+
+    position = frame["position"].to_numpy(dtype=np.int64) if evalset.has_position else None
+    ranked = rank_order(codes, position=position, scores=scores)
+    lengths = np.bincount(codes, minlength=evalset.n_requests)
+    ranked_labels, ranked_scores = labels[ranked], scores[ranked]
+    metrics = per_request_metrics(ranked_labels, offsets_from_lengths(lengths), options)
+    overall = aggregate_groups(
+        metrics, ranked_labels, ranked_scores, np.zeros(evalset.n_requests, np.int64), 1, options
+    )[0]
+    slices: dict[SliceKey, RankingAggregate] = {}
+    overflow: dict[str, int] = {}
+    if slice_spec.by:
+        group, keys, overflow = slice_groups(evalset, slice_spec)
+        aggs = aggregate_groups(metrics, ranked_labels, ranked_scores, group, len(keys), options)
+        slices = dict(zip(keys, aggs, strict=True))
+    return BaselineResult(
+        overall=overall,
+        slices=slices,
+        options=options,
+        slice_spec=slice_spec,
+        inputs=evalset.inputs,
+        rows=evalset.rows,
+        skipped_rows=evalset.skipped_rows,
+        skipped_by_reason=dict(evalset.skipped_by_reason),
+        label_overflow=overflow,
+        model=_single_value(evalset.labels.get("model")),
+        variant=_single_value(evalset.labels.get("variant")),
+    )
+
+
+def rank_order(
+    request_codes: IntArray, *, position: IntArray | None = None, scores: npt.NDArray[np.float64] | None = None
+) -> IntArray:
+    """Permutation of the rows that groups them by request, each request in rank order.
+
+    ``request_codes`` numbers the requests ``0..n-1``. Rank order is ``position`` ascending when given,
+    otherwise ``scores`` descending with ties in input order.
+
+    Notes
+    -----
+    By score, the lists are laid out as rows of a 2-D array (padded with ``-inf`` when their lengths
+    differ, as long as the padding at most doubles the size) and each row is sorted with a stable
+    ``argsort``: short sorts that stay in cache. Otherwise the scores are replaced by their dense rank and
+    one stable integer sort of ``(request, rank)`` does it.
+    """
+    codes = np.asarray(request_codes, dtype=np.int64)
+    if position is not None:
+        return order_by_request(codes, np.asarray(position, dtype=np.int64))
+    if scores is None:
+        raise ValueError("rank_order needs positions or scores")
+    sc = np.asarray(scores, dtype=np.float64)
+    if sc.size == 0:
+        return np.empty(0, dtype=np.int64)
+    lengths = np.bincount(codes)
+    n, width = lengths.size, int(lengths.max())
+    if n * width > 2 * sc.size + 1024:
+        return order_by_request(codes, _descending_dense_rank(sc))
+    grouped = bool(np.all(codes[1:] >= codes[:-1]))
+    by_request = np.arange(sc.size, dtype=np.int64) if grouped else np.argsort(codes, kind="stable")
+    if bool(np.all(lengths == width)):
+        slot = np.arange(sc.size, dtype=np.int64)  # item i of list j sits at j * width + i
+    else:
+        starts = offsets_from_lengths(lengths)[:-1]
+        sorted_codes = codes[by_request]
+        slot = sorted_codes * width + (np.arange(sc.size, dtype=np.int64) - starts[sorted_codes])
+    grid = np.full(n * width, np.inf)  # negated scores: padding sorts last
+    grid[slot] = -sc[by_request]
+    within = np.argsort(grid.reshape(n, width), axis=1, kind="stable")
+    cell = (within + (np.arange(n, dtype=np.int64) * width)[:, None]).ravel()
+    if len(slot) == n * width and grouped:
+        return cell.astype(np.int64, copy=False)
+    row_of_cell = np.full(n * width, -1, dtype=np.int64)
+    row_of_cell[slot] = by_request
+    picked = row_of_cell[cell]
+    return picked[picked >= 0]
+
+
+def _descending_dense_rank(scores: npt.NDArray[np.float64]) -> IntArray:
+    """0 for the highest distinct score, 1 for the next, ... (equal scores share a rank)."""
+    ordered = np.sort(scores)  # a value sort: much faster than an argsort or np.unique (hashing)
+    uniq = ordered[np.append(True, ordered[1:] != ordered[:-1])]
+    return (uniq.size - 1 - np.searchsorted(uniq, scores)).astype(np.int64)
+
+
+def slice_groups(evalset: EvaluationSet, spec: SliceSpec) -> tuple[IntArray, list[SliceKey], dict[str, int]]:
+    """Slice id of every request, the key of every slice id, and requests folded per label by the cap."""
+    n = evalset.n_requests
+    combined = np.zeros(n, dtype=np.int64)
+    per_label: list[tuple[str, IntArray, list[str]]] = []
+    overflow: dict[str, int] = {}
+    for label in spec.by:
+        found = evalset.labels.get(label) or RequestLabels(np.zeros(n, np.int64), (UNKNOWN_VALUE,))
+        codes, values, folded = _cap_label(found, spec.max_values_per_label)
+        if folded:
+            overflow[label] = folded
+        per_label.append((label, codes, values))
+        # Re-densify after each label so the mixed-radix code never exceeds n * len(values).
+        combined = pd.factorize(combined * len(values) + codes)[0].astype(np.int64)
+    group = pd.factorize(combined)[0].astype(np.int64)
+    first = first_rows(group)
+    keys: list[SliceKey] = [
+        tuple((label, values[int(codes[j])]) for label, codes, values in per_label) for j in first
+    ]
+    return group, keys, overflow
+
+
+def _cap_label(found: RequestLabels, max_values: int) -> tuple[IntArray, list[str], int]:
+    """Keep the most frequent values (ties by name); fold the others into ``__other__``."""
+    counts = np.bincount(found.codes, minlength=len(found.values))
+    ranked = sorted((i for i in range(len(found.values)) if counts[i] > 0), key=lambda i: (-counts[i], found.values[i]))
+    kept, folded_ids = ranked[:max_values], ranked[max_values:]
+    values = [found.values[i] for i in kept]
+    mapping = np.zeros(len(found.values), dtype=np.int64)
+    mapping[kept] = np.arange(len(kept))
+    folded = int(counts[folded_ids].sum()) if folded_ids else 0
+    if folded:
+        mapping[folded_ids] = len(values)
+        values.append(OVERFLOW_VALUE)
+    return mapping[found.codes], values, folded
+
+
+def _single_value(found: RequestLabels | None) -> str | None:
+    """The label's value when every request has the same known one, else None."""
+    if found is None or found.codes.size == 0:
+        return None
+    present = np.unique(found.codes)
+    value = found.values[int(present[0])]
+    return value if present.size == 1 and value != UNKNOWN_VALUE else None
+
+
+# -- baseline files -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Baseline:
+    """A loaded baseline file (``rankwatch offline --output FILE``)."""
+
+    created: datetime
+    inputs: tuple[str, ...]
+    rows: int
+    skipped_rows: int
+    model: str | None
+    variant: str | None
+    options: MetricOptions
+    slice_by: tuple[str, ...]
+    result: dict[str, Any]
+
+    @property
+    def overall(self) -> dict[str, Any]:
+        overall: dict[str, Any] = self.result["overall"]
+        return overall
+
+    @property
+    def slices(self) -> dict[SliceKey, dict[str, Any]]:
+        """Slice entries keyed like the aggregates, ``(("segment", "x"), ("surface", "y"))``."""
+        return {tuple((lbl, str(s[lbl])) for lbl in self.slice_by): s for s in self.result["slices"]}
+
+
+def baseline_document(result: BaselineResult, *, clock: Clock) -> dict[str, Any]:
+    """The baseline file's content: metadata plus the result document."""
+    return {
+        "format": BASELINE_FORMAT,
+        "created": _rfc3339(clock.now()),
+        "inputs": list(result.inputs),
+        "rows": result.rows,
+        "skipped_rows": result.skipped_rows,
+        "model": result.model,
+        "variant": result.variant,
+        "options": result.options.to_dict(),
+        "slice_by": list(result.slice_spec.by),
+        "result": result.document(),
+    }
+
+
+def write_baseline(path: str | os.PathLike[str], result: BaselineResult, *, clock: Clock) -> dict[str, Any]:
+    """Write the baseline file atomically (a reader never sees half a file); returns its content."""
+    doc = baseline_document(result, clock=clock)
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+    return doc
+
+
+def load_baseline(path: str | os.PathLike[str]) -> Baseline:
+    """Read and validate a baseline file; ``ValueError`` naming the file and the problem if corrupt."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read baseline: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a baseline file: invalid JSON ({e})") from None
+    return parse_baseline(doc, source=str(path))
+
+
+def parse_baseline(doc: Any, *, source: str = "<baseline>") -> Baseline:
+    """Validate a decoded baseline document (see :func:`load_baseline`)."""
+
+    def fail(message: str) -> ValueError:
+        return ValueError(f"{source}: corrupt baseline: {message}")
+
+    if not isinstance(doc, dict):
+        raise fail("top level is not a JSON object")
+    if doc.get("format") != BASELINE_FORMAT:
+        raise fail(f"format is {doc.get('format')!r}, expected {BASELINE_FORMAT!r}")
+    missing = [k for k in _TOP_KEYS if k not in doc]
+    if missing:
+        raise fail(f"missing key {missing[0]!r}")
+    try:
+        created = datetime.fromisoformat(str(doc["created"]).replace("Z", "+00:00"))
+    except ValueError:
+        raise fail(f"created is not an RFC 3339 time: {doc['created']!r}") from None
+    if created.tzinfo is None:
+        raise fail("created has no time zone")
+    if not isinstance(doc["inputs"], list) or not all(isinstance(x, str) for x in doc["inputs"]):
+        raise fail("inputs must be a list of strings")
+    for key in ("rows", "skipped_rows"):
+        if not _is_count(doc[key]):
+            raise fail(f"{key} must be a non-negative integer")
+    for key in ("model", "variant"):
+        if doc[key] is not None and not isinstance(doc[key], str):
+            raise fail(f"{key} must be a string or null")
+    if not isinstance(doc["options"], dict):
+        raise fail("options must be an object")
+    try:
+        options = MetricOptions.from_dict(doc["options"])
+    except (TypeError, ValueError) as e:
+        raise fail(f"options: {e}") from None
+    slice_by = doc["slice_by"]
+    if not isinstance(slice_by, list) or any(s not in SLICE_LABELS for s in slice_by):
+        raise fail(f"slice_by must list labels among {', '.join(SLICE_LABELS)}")
+    _check_result(doc["result"], options, tuple(slice_by), fail)
+    return Baseline(
+        created=created.astimezone(UTC),
+        inputs=tuple(doc["inputs"]),
+        rows=int(doc["rows"]),
+        skipped_rows=int(doc["skipped_rows"]),
+        model=doc["model"],
+        variant=doc["variant"],
+        options=options,
+        slice_by=tuple(slice_by),
+        result=doc["result"],
+    )
+
+
+_TOP_KEYS = ("created", "inputs", "rows", "skipped_rows", "model", "variant", "options", "slice_by", "result")
+
+
+def _check_result(result: Any, options: MetricOptions, slice_by: tuple[str, ...], fail: Any) -> None:
+    if not isinstance(result, dict) or not isinstance(result.get("overall"), dict):
+        raise fail("result.overall is missing")
+    if not isinstance(result.get("slices"), list):
+        raise fail("result.slices must be a list")
+    entries = [("result.overall", result["overall"])]
+    entries += [(f"result.slices[{i}]", s) for i, s in enumerate(result["slices"])]
+    for where, entry in entries:
+        if not isinstance(entry, dict):
+            raise fail(f"{where} is not an object")
+        for key in _COUNT_KEYS:
+            if not _is_count(entry.get(key)):
+                raise fail(f"{where}.{key} must be a non-negative integer")
+        for name in options.metric_names:
+            if name not in entry:
+                raise fail(f"{where} has no {name!r}")
+            value = entry[name]
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            ):
+                raise fail(f"{where}.{name} must be a number or null")
+        if where != "result.overall":
+            for lbl in slice_by:
+                if not isinstance(entry.get(lbl), str):
+                    raise fail(f"{where} has no {lbl!r} value")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _rfc3339(when: datetime) -> str:
+    if when.tzinfo is None:
+        raise ValueError("the clock must give timezone-aware times")
+    utc = when.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
