@@ -1,0 +1,96 @@
+"""Settings of the Kafka side of ``rankwatch run``: where to read, how to checkpoint, what to pass to kafka-python.
+
+The streaming core's own settings are :class:`pipeline.stream.StreamConfig`; ``rankwatch/config.py`` reads
+both from one TOML file. Names follow the TOML keys of the ``[kafka]`` table (docs/kafka.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+# kafka-python client options a user may pass through (security and connection tuning). Anything else is
+# refused at config time, so a typo fails at start instead of being ignored by the client.
+PASSTHROUGH_OPTIONS = frozenset({
+    "security_protocol", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_crlfile",
+    "ssl_check_hostname", "ssl_ciphers", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+    "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "client_id", "request_timeout_ms",
+    "connections_max_idle_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms", "retry_backoff_ms",
+    "metadata_max_age_ms", "api_version",
+})
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where ``rankwatch run`` reads from and writes its checkpoints and dead letters.
+
+    Parameters
+    ----------
+    bootstrap_servers
+        ``host:port`` of one or more brokers.
+    impressions_topic, clicks_topic
+        The two input topics; they must have the same number of partitions and be keyed by ``request_id``.
+    group_id
+        The consumer group; every instance of one service uses the same group.
+    checkpoint_topic
+        Compacted topic of state checkpoints (default ``<group_id>.checkpoints``); created on start with as
+        many partitions as the input topics when missing.
+    dead_letter_topic
+        Where rejected events go, with their origin in headers (default ``<group_id>.dead-letters``).
+    checkpoint_interval_s
+        Seconds between checkpoints of a partition pair while traffic flows (also taken on revoke and
+        shutdown). A crash replays at most about this much traffic.
+    auto_offset_reset
+        Where a partition with neither a checkpoint nor a committed offset starts: ``"earliest"`` (default:
+        every retained event counts) or ``"latest"``.
+    max_poll_records, max_buffered_records
+        Records per poll; records buffered per topic-partition before fetching from it pauses.
+    tick_interval_s
+        How often idle pairs let the clock move their watermark (windows close when traffic stops).
+    client_options
+        kafka-python options passed to every client (security: SSL/SASL; see ``PASSTHROUGH_OPTIONS``).
+    """
+
+    bootstrap_servers: tuple[str, ...] = ("127.0.0.1:9092",)
+    impressions_topic: str = "impressions"
+    clicks_topic: str = "clicks"
+    group_id: str = "rankwatch"
+    checkpoint_topic: str | None = None
+    dead_letter_topic: str | None = None
+    checkpoint_interval_s: float = 10.0
+    auto_offset_reset: str = "earliest"
+    max_poll_records: int = 2000
+    max_buffered_records: int = 20_000
+    tick_interval_s: float = 1.0
+    client_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers:
+            raise ValueError("bootstrap_servers must name at least one broker")
+        if self.impressions_topic == self.clicks_topic:
+            raise ValueError("impressions_topic and clicks_topic must differ")
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
+        for name in ("checkpoint_interval_s", "tick_interval_s"):
+            if float(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        for name in ("max_poll_records", "max_buffered_records"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        unknown = sorted(set(self.client_options) - PASSTHROUGH_OPTIONS)
+        if unknown:
+            raise ValueError(f"unsupported client option {unknown[0]!r}")
+
+    @property
+    def checkpoints(self) -> str:
+        return self.checkpoint_topic or f"{self.group_id}.checkpoints"
+
+    @property
+    def dead_letters(self) -> str:
+        return self.dead_letter_topic or f"{self.group_id}.dead-letters"
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Options common to every kafka-python client this service opens."""
+        return {"bootstrap_servers": list(self.bootstrap_servers), **dict(self.client_options)}

@@ -1,0 +1,94 @@
+"""Topic checks and creation: co-partitioning of the input topics, the checkpoint and dead-letter topics.
+
+Co-partitioning is what makes one consumer see every event of a request: producers key impressions and
+feedback by ``request_id`` with the same partitioner, so with the same partition count a request's events
+land in partition ``p`` of both topics, and the range assignor gives partition ``p`` of both topics to the
+same group member. A different partition count would silently split requests, so start-up refuses it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewPartitions, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from rankwatch.errors import RankwatchError
+
+# A checkpoint chunk is at most this big (see consumers.checkpoints); the topic allows a little more.
+CHECKPOINT_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "max.message.bytes": str(2 * 1024 * 1024),
+    "segment.ms": str(10 * 60 * 1000),  # roll often so tombstoned chunks become cleanable
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": str(60 * 60 * 1000),
+}
+
+
+class TopicError(RankwatchError):
+    """A topic is missing or laid out so that the service cannot be correct."""
+
+
+def partition_counts(client_kwargs: dict[str, Any], topics: Iterable[str], *, timeout_s: float = 30.0) -> dict[str, int]:
+    """Number of partitions of each topic (0 when it does not exist)."""
+    consumer = KafkaConsumer(**client_kwargs, enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + timeout_s
+        wanted = list(topics)
+        while True:
+            known = consumer.topics()
+            counts = {t: len(consumer.partitions_for_topic(t) or ()) if t in known else 0 for t in wanted}
+            if all(counts.values()) or time.monotonic() > deadline:
+                return counts
+            time.sleep(0.5)  # metadata of a just-created topic can take a moment
+    finally:
+        consumer.close()
+
+
+def check_copartitioned(client_kwargs: dict[str, Any], impressions: str, clicks: str) -> int:
+    """The common partition count of the two input topics; a one-line :class:`TopicError` otherwise."""
+    counts = partition_counts(client_kwargs, (impressions, clicks), timeout_s=5.0)
+    for topic in (impressions, clicks):
+        if counts[topic] == 0:
+            raise TopicError(f"topic {topic!r} does not exist (create it, e.g. rankwatch simulate --create-topics)")
+    if counts[impressions] != counts[clicks]:
+        raise TopicError(
+            f"topics are not co-partitioned: {impressions!r} has {counts[impressions]} partitions, "
+            f"{clicks!r} has {counts[clicks]}; both must have the same count and be keyed by request_id"
+        )
+    return counts[impressions]
+
+
+def ensure_topic(
+    client_kwargs: dict[str, Any], name: str, *, partitions: int, config: dict[str, str] | None = None,
+    grow: bool = False,
+) -> int:
+    """Create ``name`` when missing (replication factor 1 on a single broker, else the broker default).
+
+    With ``grow`` a topic with fewer than ``partitions`` partitions gets more. Returns the partition count.
+    """
+    admin = KafkaAdminClient(**client_kwargs)
+    try:
+        n_brokers = max(1, len(admin.describe_cluster().get("brokers", [])))
+        replication = 1 if n_brokers == 1 else -1  # -1: the broker's default.replication.factor
+        try:
+            admin.create_topics([NewTopic(name, partitions, replication, topic_configs=config or {})])
+        except TopicAlreadyExistsError:
+            pass
+    finally:
+        admin.close()
+    have = partition_counts(client_kwargs, (name,))[name]
+    if grow and 0 < have < partitions:
+        admin = KafkaAdminClient(**client_kwargs)
+        try:
+            admin.create_partitions({name: NewPartitions(partitions)})
+        finally:
+            admin.close()
+        have = partition_counts(client_kwargs, (name,))[name]
+        while have < partitions:
+            time.sleep(0.2)
+            have = partition_counts(client_kwargs, (name,))[name]
+    return have

@@ -1,0 +1,114 @@
+"""``rankwatch run --config FILE``: the service (Kafka in, windows and /metrics out).
+
+Wiring only: :class:`consumers.service.ConsumerService` consumes and publishes; every published window
+goes to :func:`window_sink` (``--windows-out`` writer, deduplicated by identity, and the exporter state);
+the service's health goes to the exporter about once a second. SIGTERM and SIGINT stop the loop, which
+finishes its batch, checkpoints, commits and closes; the exit status is then 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rankwatch.errors import RankwatchError
+
+
+def window_sink(*targets: Callable[[Any], object]) -> Callable[[Any], None]:
+    """The ``on_window`` hook: hand each published window to every target (writer, exporter, ...)."""
+
+    def sink(window: Any) -> None:
+        for target in targets:
+            target(window)
+
+    return sink
+
+
+@click.command("run")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="TOML configuration (see docs/kafka.md and examples/rankwatch.toml).")
+@click.option("--windows-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Append one JSON line per published window (overrides [output] windows_out).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+def command(config_path: Path, windows_out: Path | None, log_level: str) -> None:
+    """Consume impressions and clicks from Kafka, publish windows, serve /metrics."""
+    from datetime import UTC, datetime
+
+    from consumers.service import ConsumerService, ServiceHealth
+    from consumers.topics import TopicError
+    from consumers.windows_out import WindowsOutWriter
+    from rankwatch.config import load_config
+
+    logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING if log_level != "debug" else logging.DEBUG)
+    cfg = load_config(config_path)
+    out_path = windows_out or cfg.windows_out
+
+    class _WallClock:
+        def now(self) -> datetime:
+            return datetime.now(UTC)
+
+    writer = WindowsOutWriter(out_path) if out_path else None
+    targets: list[Callable[[Any], object]] = []
+    if writer is not None:
+        targets.append(writer.write)
+    state = server = watcher = None
+    if cfg.exporter.enabled:
+        from exporters.baselines import BaselineWatcher
+        from exporters.collector import build_registry
+        from exporters.http import MetricsServer
+        from exporters.state import MetricsState
+
+        state = MetricsState.for_stream(cfg.stream)
+        targets.append(state.publish_window)
+        if cfg.baselines:
+            watcher = BaselineWatcher(list(cfg.baselines), state)
+            watcher.load_initial()
+
+    def on_health(health: ServiceHealth) -> None:
+        if state is not None:
+            if health.merged is not None:
+                state.set_stream_stats(health.merged)
+            state.set_consumer_lag(health.lag)
+        if watcher is not None:
+            watcher.reload()  # cheap: re-reads a file only when its mtime/size changed
+
+    service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
+                              on_health=on_health)
+    try:
+        service.start()
+    except TopicError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an unreachable broker, bad credentials: one line
+        raise RankwatchError(f"cannot start consuming from {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
+    if state is not None:
+        from exporters.collector import build_registry
+        from exporters.http import MetricsServer
+
+        try:
+            server = MetricsServer(build_registry(state), bind=cfg.exporter.host, port=cfg.exporter.port,
+                                   ready=service.ready).start()
+        except OSError as e:
+            raise RankwatchError(f"exporter cannot listen on {cfg.exporter.host}:{cfg.exporter.port}: {e}") from None
+        logging.getLogger("rankwatch").info("serving metrics on %s/metrics", server.url)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        service.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        service.run()
+    finally:
+        if writer is not None:
+            writer.close()
+        if server is not None:
+            server.stop()

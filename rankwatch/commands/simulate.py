@@ -1,0 +1,164 @@
+"""``rankwatch simulate``: realistic impression and click traffic to Kafka (kafka-python producer).
+
+Traffic comes from :mod:`pipeline.generator` (position-biased graded clicks, per-segment quality, an
+optional regression, duplicates, malformed events, out-of-order delivery), keyed by ``request_id`` on both
+topics. By default it is paced in real time from now; ``--fast`` sends it as fast as the broker takes it,
+with event times ending now (a backfill). ``--ground-truth`` writes the joined rows every valid request
+must produce (``rankwatch offline`` input plus ``request_ts``), ``--events-out DIR`` the raw events
+(``rankwatch replay`` input), so the expected windows can be computed independently.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from rankwatch.errors import RankwatchError
+
+
+def _duration_s(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    from pipeline.windows import parse_duration_ms
+
+    text = value.strip()
+    try:
+        if text.replace(".", "", 1).isdigit():
+            return float(text)
+        if text.rstrip("mshd") in ("0", ""):  # a zero duration ("0s") is fine here
+            return 0.0 if text.rstrip("mshd") == "0" else parse_duration_ms(text) / 1000
+        return parse_duration_ms(text) / 1000
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _rate(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if value < 0 or value > 1:
+        raise click.BadParameter(f"must be between 0 and 1, got {value}")
+    return value
+
+
+@click.command("simulate")
+@click.option("--bootstrap-servers", default="127.0.0.1:9092", show_default=True, help="Comma-separated host:port.")
+@click.option("--impressions-topic", default="impressions", show_default=True)
+@click.option("--clicks-topic", default="clicks", show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0.001), default=20.0, show_default=True, help="Requests per second.")
+@click.option("--duration", default="10m", show_default=True, callback=_duration_s,
+              help="Traffic length: seconds or a duration (30s, 10m, 1h).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--fast", is_flag=True, help="Send as fast as possible; event times end now (unless --start).")
+@click.option("--start", "start_text", default=None, help="Event time of the first request (RFC 3339 with a zone).")
+@click.option("--items-per-request", type=click.IntRange(min=1, max=200), default=20, show_default=True)
+@click.option("--regression-segment", default=None, help="Segment whose ranking quality drops.")
+@click.option("--regression-from", "--regression-start", "regression_from", default="0s", callback=_duration_s,
+              help="Offset from the start at which the regression begins (e.g. 20m).")
+@click.option("--regression-drop", type=click.FloatRange(min=0, max=1), default=0.4, show_default=True,
+              help="How much of the segment's model quality is lost.")
+@click.option("--malformed-rate", type=float, default=0.0, callback=_rate, help="Share of events followed by a bad one.")
+@click.option("--duplicate-rate", type=float, default=0.0, callback=_rate, help="Share of events delivered twice.")
+@click.option("--out-of-order", "out_of_order", default="0s", callback=_duration_s,
+              help="Delivery delayed by up to this much (shuffles events).")
+@click.option("--attribution-window", default="30m", callback=_duration_s, show_default=True,
+              help="Feedback is generated inside this window after its request.")
+@click.option("--ground-truth", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the joined rows (JSONL: offline columns plus request_ts).")
+@click.option("--events-out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the raw events to DIR/impressions.jsonl and DIR/clicks.jsonl.")
+@click.option("--create-topics", is_flag=True, help="Create both topics when missing.")
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Partitions of topics created with --create-topics.")
+@click.option("--close-windows", "close_after", default=None, callback=_duration_s,
+              help="After the traffic, send one marker impression per partition this much later in event "
+                   "time (e.g. 2h) so every window of the traffic closes without waiting for idle timeouts.")
+def command(
+    bootstrap_servers: str, impressions_topic: str, clicks_topic: str, rate: float, duration: float, seed: int,
+    fast: bool, start_text: str | None, items_per_request: int, regression_segment: str | None,
+    regression_from: float, regression_drop: float, malformed_rate: float, duplicate_rate: float,
+    out_of_order: float, attribution_window: float, ground_truth: Path | None, events_out: Path | None,
+    create_topics: bool, partitions: int, close_after: float | None,
+) -> None:
+    """Produce simulated ranking traffic to Kafka."""
+    import time
+
+    from kafka import KafkaProducer
+
+    from consumers.producer import ProduceError, produce_events, window_closers
+    from consumers.topics import ensure_topic, partition_counts
+    from pipeline.clock import datetime_to_ms
+    from pipeline.generator import Regression, TrafficConfig, generate_events, generate_with_truth
+
+    now = datetime.now(UTC)
+    if start_text is not None:
+        try:
+            start = datetime.fromisoformat(start_text.replace("Z", "+00:00"))
+        except ValueError:
+            raise click.BadParameter(f"not an RFC 3339 time: {start_text!r}", param_hint="--start") from None
+        if start.tzinfo is None:
+            raise click.BadParameter("needs a zone (e.g. Z or +02:00)", param_hint="--start")
+    else:
+        start = now if not fast else datetime.fromtimestamp(now.timestamp() - duration, tz=UTC)
+    cfg = TrafficConfig(
+        seed=seed, start=start, requests_per_second=rate, duration_s=duration, items_per_request=items_per_request,
+        regression=Regression(regression_segment, regression_from, regression_drop) if regression_segment else None,
+        duplicate_rate=duplicate_rate, malformed_rate=malformed_rate, out_of_order_ms=int(out_of_order * 1000),
+        attribution_window_ms=int(attribution_window * 1000),
+    )
+    client = {"bootstrap_servers": [s.strip() for s in bootstrap_servers.split(",") if s.strip()]}
+    topics = {"impressions": impressions_topic, "clicks": clicks_topic}
+    try:
+        if create_topics:
+            for topic in topics.values():
+                ensure_topic(client, topic, partitions=partitions)
+        counts = partition_counts(client, topics.values(), timeout_s=5.0)
+        producer = KafkaProducer(**client, acks="all", linger_ms=20, batch_size=256 * 1024)
+    except RankwatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - unreachable broker and the like: one line
+        raise RankwatchError(f"cannot reach Kafka at {bootstrap_servers}: {e}") from None
+    for topic, n in counts.items():
+        if n == 0:
+            raise RankwatchError(f"topic {topic!r} does not exist (use --create-topics)")
+    if len(set(counts.values())) != 1:
+        raise RankwatchError(f"topics are not co-partitioned: {counts}")
+
+    if ground_truth is not None:
+        events, truth = generate_with_truth(cfg)
+        out = truth.copy()
+        out["request_ts"] = out["request_ts"].map(lambda t: t.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+        ground_truth.parent.mkdir(parents=True, exist_ok=True)
+        out.to_json(ground_truth, orient="records", lines=True)
+        stream = iter(events)
+    else:
+        stream = generate_events(cfg)
+    files = {}
+    if events_out is not None:
+        events_out.mkdir(parents=True, exist_ok=True)
+        files = {s: (events_out / f"{s}.jsonl").open("wb") for s in ("impressions", "clicks")}
+
+    def keep(event: object) -> None:
+        f = files[event.stream]  # type: ignore[attr-defined]
+        f.write(event.value + b"\n")  # type: ignore[attr-defined]
+
+    started = time.monotonic()
+    try:
+        report = produce_events(producer, stream, topics=topics, pace_from_ms=None if fast else datetime_to_ms(start),
+                                on_event=keep if files else None)
+        if close_after is not None and report.last_ts_ms is not None:
+            closers = window_closers(next(iter(counts.values())), report.last_ts_ms + int(close_after * 1000))
+            produce_events(producer, closers, topics=topics, record_timestamps=False)
+    except ProduceError as e:
+        raise RankwatchError(str(e)) from None
+    except KeyboardInterrupt:
+        producer.flush()
+        raise
+    finally:
+        for f in files.values():
+            f.close()
+        producer.close()
+    elapsed = time.monotonic() - started
+    click.echo(
+        f"sent {report.sent['impressions']} impressions and {report.sent['clicks']} clicks "
+        f"in {elapsed:.1f} s to {bootstrap_servers}", err=True,
+    )

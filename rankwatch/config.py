@@ -1,0 +1,237 @@
+"""The TOML configuration of ``rankwatch run`` (docs/kafka.md has the full reference).
+
+Every problem is one :class:`rankwatch.errors.ConfigError` line naming the key, e.g.
+``config.toml: windows.attribution: not a duration: '30x' (use e.g. 30s, 5m, 1h, 1d)``.
+Unknown tables and keys are refused too, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from consumers.settings import PASSTHROUGH_OPTIONS, KafkaSettings
+from pipeline.options import MetricOptions
+from pipeline.slicing import SliceSpec
+from pipeline.stream import StreamConfig
+from pipeline.validation import DEFAULT_ACTION_GRADES
+from pipeline.windows import parse_duration_ms
+from rankwatch.errors import ConfigError
+
+T = TypeVar("T")
+
+# table -> allowed keys (None: free-form table, checked by its own reader)
+SCHEMA: dict[str, frozenset[str] | None] = {
+    "kafka": frozenset({"bootstrap_servers", "group_id", "auto_offset_reset", "checkpoint_interval",
+                       "max_poll_records", "max_buffered_records", "tick_interval", "security"}),
+    "topics": frozenset({"impressions", "clicks", "dead_letter", "checkpoints"}),
+    "windows": frozenset({"sizes", "attribution", "allowed_disorder", "idle_timeout", "finalize_step"}),
+    "slices": frozenset({"by", "max_values_per_label"}),
+    "metrics": frozenset({"ndcg_cutoffs", "map_cutoffs", "gain", "map_normalization", "no_relevant",
+                         "max_distinct_scores"}),
+    "limits": frozenset({"max_pending_requests", "max_items_per_request", "max_event_bytes", "dedupe_capacity",
+                        "max_pending_feedback", "finalized_memory"}),
+    "actions": None,
+    "output": frozenset({"windows_out"}),
+    "exporter": frozenset({"enabled", "host", "port"}),
+    "baselines": frozenset({"files", "directory"}),
+}
+
+
+@dataclass(frozen=True)
+class ExporterSettings:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9108
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything ``rankwatch run`` needs, read from one TOML file."""
+
+    kafka: KafkaSettings
+    stream: StreamConfig
+    exporter: ExporterSettings = ExporterSettings()
+    windows_out: Path | None = None
+    baselines: tuple[Path, ...] = ()
+    source: Path | None = field(default=None, compare=False)
+
+
+class _Reader:
+    """Typed access to one table with errors that name ``table.key``."""
+
+    def __init__(self, where: str, table: str, data: Mapping[str, Any]) -> None:
+        self.where, self.table, self.data = where, table, data
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.where}: {self.table}.{key}: {message}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: T, convert: Callable[[Any], T] | None = None) -> T:
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.fail(key, f"expected {names}, got {type(value).__name__} {value!r}")
+        if convert is None:
+            return value  # type: ignore[return-value]
+        try:
+            return convert(value)
+        except (ValueError, TypeError) as e:
+            raise self.fail(key, str(e)) from None
+
+    def duration_ms(self, key: str, default: int) -> int:
+        return self.get(key, str, default, parse_duration_ms)
+
+    def positive_int(self, key: str, default: int) -> int:
+        value = self.get(key, int, default)
+        if value < 1:
+            raise self.fail(key, f"must be >= 1, got {value}")
+        return value
+
+    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.get(key, list, list(default))
+        if not all(isinstance(v, str) and v for v in value):
+            raise self.fail(key, "expected a list of non-empty strings")
+        return tuple(value)
+
+    def ints(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+        value = self.get(key, list, list(default))
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+            raise self.fail(key, "expected a list of positive integers")
+        return tuple(value)
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and check ``path``; a :class:`ConfigError` naming the key on any problem."""
+    path = Path(path)
+    where = str(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where}: not valid TOML: {e}") from None
+    return config_from_dict(raw, where=where, base=path.parent)
+
+
+def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Path | None = None) -> RunConfig:
+    base = base or Path(".")
+    for table, value in raw.items():
+        if table not in SCHEMA:
+            raise ConfigError(f"{where}: unknown table [{table}] (known: {', '.join(SCHEMA)})")
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {table}: expected a table")
+        allowed = SCHEMA[table]
+        if allowed is not None:
+            for key in value:
+                if key not in allowed:
+                    raise ConfigError(f"{where}: {table}.{key}: unknown key (known: {', '.join(sorted(allowed))})")
+    r = {t: _Reader(where, t, raw.get(t, {})) for t in SCHEMA}
+    kafka = _kafka(r["kafka"], r["topics"], where)
+    stream = _stream(r, where)
+    ex = r["exporter"]
+    port = ex.get("port", int, 9108)
+    if not 0 <= port <= 65535:
+        raise ex.fail("port", f"not a TCP port: {port}")
+    exporter = ExporterSettings(enabled=ex.get("enabled", bool, True), host=ex.get("host", str, "127.0.0.1"), port=port)
+    out = r["output"].get("windows_out", str, "")
+    bl = r["baselines"]
+    files = [base / f for f in bl.strings("files", ())]
+    directory = bl.get("directory", str, "")
+    if directory:
+        d = base / directory
+        if not d.is_dir():
+            raise bl.fail("directory", f"not a directory: {d}")
+        files += sorted(d.glob("*.json"))
+    return RunConfig(kafka=kafka, stream=stream, exporter=exporter,
+                     windows_out=(base / out) if out else None, baselines=tuple(files))
+
+
+def _kafka(k: _Reader, t: _Reader, where: str) -> KafkaSettings:
+    security: dict[str, Any] = k.get("security", dict, {})
+    for key, value in security.items():
+        if key not in PASSTHROUGH_OPTIONS:
+            raise k.fail(f"security.{key}", f"not a supported kafka-python option (known: {', '.join(sorted(PASSTHROUGH_OPTIONS))})")
+        if not isinstance(value, str | int | bool):
+            raise k.fail(f"security.{key}", "expected a string, integer or boolean")
+    servers = k.get("bootstrap_servers", (list, str), ["127.0.0.1:9092"])
+    servers_t = (servers,) if isinstance(servers, str) else tuple(servers)
+    if not servers_t or not all(isinstance(s, str) and ":" in s for s in servers_t):
+        raise k.fail("bootstrap_servers", "expected host:port strings")
+    reset = k.get("auto_offset_reset", str, "earliest")
+    if reset not in ("earliest", "latest"):
+        raise k.fail("auto_offset_reset", f"must be 'earliest' or 'latest', got {reset!r}")
+    imp, clk = t.get("impressions", str, "impressions"), t.get("clicks", str, "clicks")
+    if imp == clk:
+        raise t.fail("clicks", "must differ from topics.impressions")
+    return KafkaSettings(
+        bootstrap_servers=servers_t,
+        impressions_topic=imp,
+        clicks_topic=clk,
+        group_id=k.get("group_id", str, "rankwatch"),
+        checkpoint_topic=t.get("checkpoints", str, "") or None,
+        dead_letter_topic=t.get("dead_letter", str, "") or None,
+        checkpoint_interval_s=k.duration_ms("checkpoint_interval", 10_000) / 1000,
+        tick_interval_s=k.duration_ms("tick_interval", 1_000) / 1000,
+        auto_offset_reset=reset,
+        max_poll_records=k.positive_int("max_poll_records", 2000),
+        max_buffered_records=k.positive_int("max_buffered_records", 20_000),
+        client_options=MappingProxyType(dict(security)),
+    )
+
+
+def _stream(r: dict[str, _Reader], where: str) -> StreamConfig:
+    w, s, m, lim, act = r["windows"], r["slices"], r["metrics"], r["limits"], r["actions"]
+    sizes = w.strings("sizes", ("5m", "1h"))
+    for size in sizes:
+        try:
+            parse_duration_ms(size)
+        except ValueError as e:
+            raise w.fail("sizes", str(e)) from None
+    if len({parse_duration_ms(x) for x in sizes}) != len(sizes):
+        raise w.fail("sizes", "window sizes must be distinct")
+    grades = dict(DEFAULT_ACTION_GRADES)
+    for action, grade in act.data.items():
+        if not isinstance(grade, int) or isinstance(grade, bool) or grade < 0:
+            raise act.fail(action, "expected a non-negative integer grade")
+        grades[action] = grade
+    try:
+        slice_spec = SliceSpec(by=s.strings("by", ("segment", "surface")),
+                               max_values_per_label=s.positive_int("max_values_per_label", 50))
+    except ValueError as e:
+        raise s.fail("by", str(e)) from None
+    try:
+        options = MetricOptions(
+            ndcg_cutoffs=m.ints("ndcg_cutoffs", (5, 10)), map_cutoffs=m.ints("map_cutoffs", (10,)),
+            gain=m.get("gain", str, "exponential"),  # type: ignore[arg-type]
+            map_normalization=m.get("map_normalization", str, "relevant"),  # type: ignore[arg-type]
+            no_relevant=m.get("no_relevant", str, "skip"),  # type: ignore[arg-type]
+            max_distinct_scores=m.positive_int("max_distinct_scores", 200_000),
+        )
+    except ValueError as e:
+        key = next((k for k in ("gain", "map_normalization", "no_relevant", "max_distinct_scores") if k in str(e)), "gain")
+        raise m.fail(key, str(e)) from None
+    disorder = w.get("allowed_disorder", str, 60_000, lambda v: 0 if v.strip() in ("0", "0s", "0ms") else parse_duration_ms(v))
+    return StreamConfig(
+        windows=sizes,
+        attribution_window_ms=w.duration_ms("attribution", 30 * 60_000),
+        allowed_disorder_ms=disorder,
+        idle_timeout_ms=w.duration_ms("idle_timeout", 120_000),
+        finalize_step_ms=w.duration_ms("finalize_step", 1_000),
+        max_pending_requests=lim.positive_int("max_pending_requests", 1_000_000),
+        max_items_per_request=lim.positive_int("max_items_per_request", 200),
+        max_event_bytes=lim.positive_int("max_event_bytes", 1_000_000),
+        dedupe_capacity=lim.positive_int("dedupe_capacity", 5_000_000),
+        max_pending_feedback=lim.positive_int("max_pending_feedback", 1_000_000),
+        finalized_memory=lim.positive_int("finalized_memory", 1_000_000),
+        action_grades=MappingProxyType(grades),
+        metric_options=options,
+        slice_spec=slice_spec,
+    )
