@@ -138,3 +138,22 @@ def test_basic_auth_parsing() -> None:
     assert not auth.accepts("Basic !!!notbase64")
     assert not auth.accepts("Basic " + base64.b64encode(b"no-colon").decode())
     assert "p:w" not in repr(auth)
+
+
+def test_openmetrics_negotiation(free_port) -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    server = MetricsServer(build_registry(_state()), port=free_port).start()
+    try:
+        req = urllib.request.Request(
+            server.url + "/metrics", headers={"Accept": "application/openmetrics-text"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+            text = resp.read().decode()
+    finally:
+        server.stop()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["rankwatch_ranking_metric"].type == "summary"
+    assert families["rankwatch_events"].type == "counter"
+    assert any(s.labels.get("metric") == "ndcg@10" for s in families["rankwatch_ranking_quality"].samples)
