@@ -343,7 +343,10 @@ class StreamProcessor:
         parts = aggregate_lists(
             batch.labels, batch.scores, batch.offsets, inverse.reshape(-1), len(uniq), self.config.metric_options
         )
-        for row, part in zip(uniq.tolist(), parts, strict=True):
+        # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
+        # of float additions into the overall accumulators must not.
+        keys_of = self._combo_keys
+        for row, part in sorted(zip(uniq.tolist(), parts, strict=True), key=lambda rp: (rp[0][:-1], keys_of[rp[0][-1]])):
             for i in range(len(sizes)):
                 self._windows.add(i, row[i], row[-1], part)
 
