@@ -1,0 +1,88 @@
+"""Static properties of the shipped alerting rules: annotations, runbooks, thresholds in one place."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "deploy" / "prometheus" / "rules"
+ALERTS_DOC = REPO / "docs" / "alerts.md"
+SLICE_LABELS = ("segment", "surface", "variant")
+
+
+def _rules() -> list[dict[str, Any]]:
+    return [
+        rule
+        for path in sorted(RULES.glob("*.yml"))
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+    ]
+
+
+def _alerts() -> list[dict[str, Any]]:
+    return [r for r in _rules() if "alert" in r]
+
+
+def _doc_anchors() -> set[str]:
+    """GitHub-style anchors of the markdown headings of docs/alerts.md."""
+    anchors = set()
+    for line in ALERTS_DOC.read_text().splitlines():
+        m = re.match(r"^#{1,6}\s+(.*)$", line)
+        if m:
+            text = m.group(1).strip().lower()
+            anchors.add(re.sub(r"[^a-z0-9 _-]", "", text).replace(" ", "-"))
+    return anchors
+
+
+def test_every_alert_has_summary_description_severity_and_a_runbook_section() -> None:
+    anchors = _doc_anchors()
+    alerts = _alerts()
+    assert len(alerts) >= 8
+    for alert in alerts:
+        name = alert["alert"]
+        annotations = alert.get("annotations", {})
+        assert annotations.get("summary"), name
+        assert annotations.get("description"), name
+        assert alert.get("labels", {}).get("severity") in {"critical", "warning"}, name
+        url = annotations.get("runbook_url", "")
+        assert url == f"docs/alerts.md#{name.lower()}", name
+        assert name.lower() in anchors, f"docs/alerts.md has no section for {name}"
+
+
+def test_slice_alerts_name_the_slice_in_summary_and_description() -> None:
+    for alert in _alerts():
+        expr = alert["expr"]
+        if "segment_surface_variant:" not in expr:
+            continue
+        for text in (alert["annotations"]["summary"], alert["annotations"]["description"]):
+            for label in SLICE_LABELS:
+                assert f"{{{{ $labels.{label} }}}}" in text, (alert["alert"], label)
+
+
+def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
+    constants = {r["record"]: r["expr"] for r in _rules() if r.get("record", "").endswith(":constant")}
+    assert set(constants) == {
+        "rankwatch:alert_relative_margin:constant",
+        "rankwatch:alert_auc_margin:constant",
+        "rankwatch:alert_sudden_drop_margin:constant",
+        "rankwatch:alert_min_requests:constant",
+    }
+    assert all(re.fullmatch(r"vector\([0-9.]+\)", e) for e in constants.values())
+    by_name = {a["alert"]: a["expr"] for a in _alerts()}
+    for name in ("RankwatchQualityBelowBaseline", "RankwatchAUCDrop", "RankwatchQualitySuddenDrop"):
+        expr = by_name[name]
+        assert "scalar(rankwatch:alert_min_requests:constant)" in expr, name
+        assert "rankwatch_ranking_requests" in expr, name
+        # No bare numeric threshold hides in these expressions besides 1 (as in 1 - margin).
+        numbers = set(re.findall(r"(?<![\w:.@])\d+(?:\.\d+)?(?![\w.])", expr))
+        assert numbers <= {"1"}, (name, numbers)
+
+
+def test_every_recording_rule_follows_level_metric_operations() -> None:
+    for rule in _rules():
+        if "record" in rule:
+            assert re.fullmatch(r"[a-z_]+:[a-z_]+:[a-z0-9_]+", rule["record"]), rule["record"]
