@@ -48,13 +48,18 @@ class ExporterLabelCapper:
         self.overflow[label] = self.overflow.get(label, 0) + 1
         return OVERFLOW_VALUE
 
-    def labels_of(self, key: SliceKey, *, default_variant: str = ALL_VALUE) -> LabelSet:
+    def labels_of(self, key: SliceKey) -> LabelSet:
         """Capped ``(segment, surface, variant)`` of a slice key; ``model`` has no label and is dropped."""
-        values = dict(key)
+        values = {label: escape_value(value) for label, value in key}
         segment = self.cap_value("segment", values.get("segment", ALL_VALUE))
         surface = self.cap_value("surface", values.get("surface", ALL_VALUE))
-        variant = self.cap_value("variant", values.get("variant", default_variant))
+        variant = self.cap_value("variant", values.get("variant", ALL_VALUE))
         return (segment, surface, variant)
+
+
+def escape_value(value: str) -> str:
+    """A producer's own label value ``all`` is shown as ``_all``: ``all`` means "not split" (a roll-up)."""
+    return "_all" if value == ALL_VALUE else value
 
 
 def merge_aggregates(aggs: Sequence[RankingAggregate]) -> RankingAggregate:

@@ -34,7 +34,6 @@ from exporters.health import HealthFigures, health_from_stats
 from exporters.series import DriftResult, SeriesValues, drift
 from pipeline.aggregates import RankingAggregate
 from pipeline.published import PublishedWindow
-from pipeline.slicing import ALL_VALUE
 from pipeline.stream import StreamConfig
 from pipeline.windows import parse_duration_ms
 
@@ -235,11 +234,7 @@ class MetricsState:
             for baseline in self._baselines:
                 exposed = 0
                 for raw, values in baseline.rows:
-                    labels = (
-                        self._capper.cap_value("segment", raw.get("segment", ALL_VALUE)),
-                        self._capper.cap_value("surface", raw.get("surface", ALL_VALUE)),
-                        self._capper.cap_value("variant", raw.get("variant", ALL_VALUE)),
-                    )
+                    labels = self._capper.labels_of(tuple(raw.items()))
                     if labels not in self._offline:
                         self._offline[labels] = values
                         exposed += 1

@@ -232,3 +232,40 @@ def test_scrape_passes_promtool_check_metrics(world) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "" and proc.stderr.strip() == "", proc.stdout + proc.stderr
+
+
+def test_summary_parts_aggregate_a_fleet_exactly() -> None:
+    """Two instances, each with its own partitions: summed _sum / summed _count = mean of the union."""
+    rng = np.random.default_rng(21)
+    keys = grid_keys(SEGMENTS, SURFACES)
+    instances = [MetricsState(), MetricsState()]
+    union: dict[SliceKey, list[RankingAggregate]] = {}
+    for minute in range(0, 30, 5):
+        for part, state in enumerate(instances):
+            pw = random_window(rng, keys, start=T0.replace(minute=minute), partitions=(part,))
+            state.publish_window(pw)
+            for key, agg in [((), pw.overall), *pw.slices.items()]:
+                union.setdefault(key, []).append(agg)
+    from prometheus_client import generate_latest
+
+    scrapes = [parse_exposition(generate_latest(build_registry(s)).decode()) for s in instances]
+    for key, aggs in union.items():
+        merged = sequential_merge(aggs)
+        lbl = labels_of(key)
+        for metric in ("mrr", "ndcg@10", "map@10"):
+            total = sum(one(s, "rankwatch_ranking_metric_sum", metric=metric, **lbl) for s in scrapes)
+            count = sum(one(s, "rankwatch_ranking_metric_count", metric=metric, **lbl) for s in scrapes)
+            assert total / count == pytest.approx(merged.values()[metric], abs=1e-12)
+        assert sum(one(s, "rankwatch_finalized_requests_total", **lbl) for s in scrapes) == merged.requests
+
+
+def test_a_producer_value_all_is_not_mistaken_for_a_rollup() -> None:
+    rng = np.random.default_rng(22)
+    pw = random_window(rng, grid_keys(("all", "new_user"), ("home_feed", "search")))
+    state = MetricsState()
+    state.publish_window(pw)
+    series = state.snapshot().online["5m"].series
+    key = (("segment", "all"), ("surface", "search"))
+    assert series[("_all", "search", "all")].requests == pw.slices[key].requests
+    both = [a for k, a in pw.slices.items() if dict(k)["surface"] == "search"]
+    assert series[("all", "search", "all")].requests == sum(a.requests for a in both)  # the roll-up
