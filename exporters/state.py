@@ -1,10 +1,11 @@
-"""The exporter's state: published windows, baselines, cumulative parts and health, behind one lock.
+"""The exporter's state: published windows, baselines, cumulative parts and health, behind a lock.
 
 Writers (the stream's owner, the Kafka consumer, scheduler jobs) call the ``set_*`` / ``publish_window``
-methods; each update rebuilds the affected Prometheus samples once, under the lock, as immutable tuples.
-:meth:`MetricsState.snapshot` hands out references to those tuples, so a scrape copies nothing large,
-never waits on a rebuild for long, and every value of one scrape comes from one consistent state (no
-torn reads: a window's values and its drift are replaced together).
+methods; they take turns on a writer lock, and each update rebuilds the affected Prometheus samples once,
+as immutable tuples, into a new :class:`Snapshot`, which is then swapped in under the snapshot lock.
+:meth:`MetricsState.snapshot` hands out the current snapshot under that lock, so a scrape copies nothing
+large, never waits for a rebuild, and every value of one scrape comes from one consistent state (no torn
+reads: a window's values, sample sizes and drift are replaced together).
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ class MetricsState:
         self.summary_window = sizes[0]
         self._wall = wall_clock
         self._rollups = rollups
+        # Writers serialize on _write_lock and build the next snapshot while holding it; _lock only guards
+        # the swap of the snapshot reference, so a scrape never waits for a rebuild.
+        self._write_lock = threading.Lock()
         self._lock = threading.Lock()
         self._capper = ExporterLabelCapper(max_label_values)
         self._version_label = version
@@ -156,7 +160,7 @@ class MetricsState:
             Mapping[str, OnlineWindow], Mapping[LabelSet, SeriesValues], Mapping[str, DriftResult]
         ]
         self._views = (MappingProxyType({}), MappingProxyType({}), MappingProxyType({}))
-        self._snapshot = self._build_snapshot_locked()
+        self._swap(self._build_snapshot_locked())
 
     @classmethod
     def for_stream(cls, config: StreamConfig, **kwargs: Any) -> MetricsState:
@@ -177,7 +181,7 @@ class MetricsState:
         The online gauges show the latest window start of each size; windows of the same start from other
         partitions are merged into it; an older start only feeds the cumulative counters.
         """
-        with self._lock:
+        with self._write_lock:
             identity = pw.identity
             seen_revision = self._seen.get(identity)
             if seen_revision is not None and pw.revision <= seen_revision:
@@ -199,11 +203,11 @@ class MetricsState:
             elif pw.start == current[0]:
                 current[1][pw.partitions] = grouped
             else:
-                self._snapshot = self._build_snapshot_locked()
+                self._swap(self._build_snapshot_locked())
                 return True
             self._online[pw.window] = self._online_window(pw.window)
             self._rebuild_series()
-            self._snapshot = self._build_snapshot_locked()
+            self._swap(self._build_snapshot_locked())
             return True
 
     def set_stream_stats(self, stats: Any) -> None:
@@ -215,19 +219,19 @@ class MetricsState:
                 stats, pending_requests_limit=self._pending_limit, label_values_limit=self._label_limit
             )
         )
-        with self._lock:
+        with self._write_lock:
             self._health = figures
-            self._snapshot = self._build_snapshot_locked()
+            self._swap(self._build_snapshot_locked())
 
     def set_consumer_lag(self, lag: Mapping[tuple[str, int], int]) -> None:
         """Messages behind the high watermark per ``(topic, partition)``; replaces the previous figures."""
-        with self._lock:
+        with self._write_lock:
             self._lag = {(str(t), int(p)): int(n) for (t, p), n in lag.items()}
-            self._snapshot = self._build_snapshot_locked()
+            self._swap(self._build_snapshot_locked())
 
     def set_baselines(self, baselines: Iterable[LoadedBaseline]) -> None:
         """Replace the served baselines. Where two files give one label set, the first one listed wins."""
-        with self._lock:
+        with self._write_lock:
             self._baselines = tuple(baselines)
             self._offline = {}
             self._baseline_slices = {}
@@ -241,17 +245,17 @@ class MetricsState:
                 self._baseline_slices[baseline.name] = exposed
                 self._baseline_loaded.setdefault(baseline.name, True)
             self._rebuild_series()
-            self._snapshot = self._build_snapshot_locked()
+            self._swap(self._build_snapshot_locked())
 
     def record_baseline_load(self, name: str, *, ok: bool) -> None:
         """Note a load attempt of baseline ``name``; a failure counts in ``..._load_errors_total``."""
-        with self._lock:
+        with self._write_lock:
             self._baseline_loaded[name] = ok
             if not ok:
                 self._baseline_errors[name] = self._baseline_errors.get(name, 0) + 1
             else:
                 self._baseline_errors.setdefault(name, 0)
-            self._snapshot = self._build_snapshot_locked()
+            self._swap(self._build_snapshot_locked())
 
     # -- readers ---------------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -300,6 +304,10 @@ class MetricsState:
             MappingProxyType(dict(self._offline)),
             MappingProxyType(dict(self._drifts)),
         )
+
+    def _swap(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._snapshot = snapshot
 
     def _build_snapshot_locked(self) -> Snapshot:
         self._version += 1

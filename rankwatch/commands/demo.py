@@ -113,6 +113,9 @@ def command(
 
     from rankwatch.demo import DemoOptions, run_demo
 
+    segments = DemoOptions().segments
+    if regression_segment and regression_segment not in segments:
+        raise ConfigError(f"--regression-segment must be one of {', '.join(segments)} (or '' for none)")
     options = DemoOptions(
         duration_s=duration, speed=speed, seed=seed, bind=bind, port=port, requests_per_second=rate,
         regression_segment=regression_segment or None, regression_at_s=_seconds(regression_at, "--regression-at"),

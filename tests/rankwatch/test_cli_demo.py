@@ -125,6 +125,7 @@ def test_demo_exits_cleanly_on_signals(sig: signal.Signals) -> None:
         (["--regression-at", "soon"], "--regression-at: not a duration"),
         (["--regression-drop", "2"], "--regression-drop must be between 0 and 1"),
         (["--duration", "-1"], "--duration must be positive"),
+        (["--regression-segment", "vip"], "--regression-segment must be one of new_user"),
     ],
 )
 def test_demo_bad_options_are_one_line_errors(
