@@ -137,8 +137,8 @@ class _Generator:
         jitter = rng.randint(0, cfg.out_of_order_ms) if cfg.out_of_order_ms else 0
         self._push(ts_ms + delay_ms + jitter, event)
         if cfg.duplicate_rate and rng.random() < cfg.duplicate_rate:
-            extra = rng.randint(0, cfg.out_of_order_ms) if cfg.out_of_order_ms else 0
-            self._push(ts_ms + delay_ms + jitter + extra, event)
+            again = rng.randint(jitter, cfg.out_of_order_ms) if cfg.out_of_order_ms else 0
+            self._push(ts_ms + delay_ms + again, event)  # the copy comes later, still within the disorder
         if cfg.malformed_rate and rng.random() < cfg.malformed_rate:
             bad = _malformed(MALFORMED_KINDS[rng.randrange(len(MALFORMED_KINDS))], stream, self.seq, ts_ms)
             self._push(ts_ms + delay_ms + jitter, GeneratedEvent(stream, f"bad-{self.seq}".encode(), bad, ts_ms))

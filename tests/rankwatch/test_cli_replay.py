@@ -1,0 +1,137 @@
+"""``rankwatch replay`` end to end on generated logs: parity with the joined rows, files, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.aggregates import RankingAggregate
+from pipeline.generator import TrafficConfig, generate_with_truth
+from pipeline.options import MetricOptions
+from pipeline.result import result_document
+from rankwatch.cli import main
+
+START = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+CFG = TrafficConfig(seed=31, start=START, duration_s=2 * 3600, requests_per_second=0.25, duplicate_rate=0.05,
+                    malformed_rate=0.05, out_of_order_ms=30_000, item_form_share=0.2, rfc3339_share=0.3,
+                    orphan_rate=0.05, late_rate=0.05)
+
+
+def oracle(rows: pd.DataFrame, by: tuple[str, ...], options: MetricOptions) -> dict:
+    rows = rows.sort_values(["request_id", "position"])
+
+    def agg(frame: pd.DataFrame) -> RankingAggregate:
+        sizes = frame.groupby("request_id", sort=False).size().to_numpy()
+        return RankingAggregate.from_lists(frame.label.to_numpy(float), frame.score.to_numpy(float),
+                                           np.concatenate(([0], np.cumsum(sizes))), options)
+
+    slices = {}
+    for key, frame in rows.groupby(list(by), sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        slices[tuple(zip(by, key, strict=True))] = agg(frame)
+    return result_document(agg(rows), slices)
+
+
+def close(got: dict, want: dict) -> None:
+    for g, w in [(got["overall"], want["overall"]), *zip(got["slices"], want["slices"], strict=True)]:
+        assert set(g) == set(w)
+        for k, v in w.items():
+            if isinstance(v, float) and not k.startswith("auc"):
+                assert g[k] == pytest.approx(v, abs=1e-9), k
+            else:
+                assert g[k] == v, k
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    events, truth = generate_with_truth(CFG)
+    d = tmp_path_factory.mktemp("logs")
+    imp = d / "impressions.jsonl"
+    imp.write_bytes(b"".join(e.value + b"\n" for e in events if e.stream == "impressions") + b"\n")
+    clicks = [e.value for e in events if e.stream == "clicks"]
+    half = len(clicks) // 2  # two click files, one gzip: the merge must interleave them by ts
+    with gzip.open(d / "clicks-1.jsonl.gz", "wb") as f:
+        f.write(b"".join(c + b"\n" for c in clicks[:half]))
+    (d / "clicks-2.jsonl").write_bytes(b"".join(c + b"\n" for c in clicks[half:]))
+    return d, truth, events
+
+
+def test_replay_json_equals_offline_on_joined_rows(logs, capsys):
+    d, truth, events = logs
+    rc = main(["replay", "--impressions", str(d / "impressions.jsonl"),
+               "--clicks", f"{d / 'clicks-1.jsonl.gz'},{d / 'clicks-2.jsonl'}", "--format", "json",
+               "--windows-out", str(d / "windows.jsonl"), "--dead-letter", str(d / "dead.jsonl")])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    doc = json.loads(out.out)
+    close(doc, oracle(truth, ("segment", "surface"), MetricOptions()))
+    assert "accepted" in out.err and "duplicate" in out.err and "orphan" in out.err  # summary on stderr
+    windows = [json.loads(x) for x in (d / "windows.jsonl").read_text().splitlines()]
+    hours = [w for w in windows if w["window"] == "1h"]
+    assert len(hours) >= 2 and sum(w["overall"]["requests"] for w in hours) == truth.request_id.nunique()
+    for w in hours:
+        start, end = pd.Timestamp(w["start"]), pd.Timestamp(w["end"])
+        assert end - start == pd.Timedelta(hours=1) and start.minute == 0
+        close(w, oracle(truth[(truth.request_ts >= start) & (truth.request_ts < end)], ("segment", "surface"),
+                        MetricOptions()))
+    dead = [json.loads(x) for x in (d / "dead.jsonl").read_text().splitlines()]
+    n_bad = sum(b"bad-" in e.value or not e.value.startswith(b"{") for e in events)
+    assert dead and len(dead) >= n_bad * 0.9
+    assert {x["stream"] for x in dead} == {"impressions", "clicks"} and all(x["reason"] for x in dead)
+
+
+def test_replay_options_and_table(logs, capsys):
+    d, truth, _ = logs
+    rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-1.jsonl.gz"),
+               "--clicks", str(d / "clicks-2.jsonl"), "--by", "variant", "--k", "3", "--window", "30m",
+               "--format", "json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    doc = json.loads(out.out)
+    assert set(doc["overall"]) >= {"ndcg@3", "map@3"} and "ndcg@5" not in doc["overall"]
+    close(doc, oracle(truth, ("variant",), MetricOptions(ndcg_cutoffs=(3,), map_cutoffs=(3,))))
+    rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-2.jsonl")])
+    out = capsys.readouterr()
+    assert rc == 0 and "overall" in out.out and "replay:" in out.out
+
+
+def test_unreadable_ts_lines_are_dead_lettered_not_lost(tmp_path, capsys):
+    imp = tmp_path / "i.jsonl"
+    imp.write_text('{"event_id": "e", "request_id": "r", "ts": "never", "item_id": "a", "position": 1, "score": 1}\n'
+                   "garbage\n"
+                   '{"event_id": "f", "request_id": "r2", "ts": 1796032800000, "item_id": "a", "position": 1, "score": 1}\n')
+    dead = tmp_path / "dead.jsonl"
+    assert main(["replay", "--impressions", str(imp), "--dead-letter", str(dead), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["overall"]["requests"] == 1
+    reasons = sorted(json.loads(x)["reason"] for x in dead.read_text().splitlines())
+    assert reasons == ["bad_timestamp", "invalid_json"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--impressions", "/nonexistent.jsonl"], "no such file"),
+    (["--clicks", "__FILE__"], "at least one --impressions"),
+    (["--impressions", "__FILE__", "--window", "5x"], "duration"),
+    (["--impressions", "__FILE__", "--by", "colour"], "colour"),
+    (["--impressions", "__FILE__", "--k", "0"], "cut-off"),
+])
+def test_bad_command_line_is_one_line(tmp_path, capsys, args, message):
+    f = tmp_path / "x.jsonl"
+    f.write_text("")
+    rc = main(["replay", *[str(f) if a == "__FILE__" else a for a in args]])
+    err = capsys.readouterr().err
+    assert rc != 0 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_corrupt_gzip_is_one_line(tmp_path: Path, capsys):
+    f = tmp_path / "x.jsonl.gz"
+    f.write_bytes(b"\x1f\x8b" + b"\x00" * 20)
+    rc = main(["replay", "--impressions", str(f)])
+    err = capsys.readouterr().err
+    assert rc != 0 and "cannot read" in err and len(err.strip().splitlines()) == 1
