@@ -396,11 +396,10 @@ def _numbers(column: pd.Series) -> npt.NDArray[np.float64]:
         return np.full(len(column), np.nan)
     if pd.api.types.is_numeric_dtype(column.dtype):
         return column.to_numpy(dtype=np.float64, na_value=np.nan)
-    values = column
-    if column.dtype == object:
-        values = column.mask(column.map(lambda v: isinstance(v, bool)))
-    if pd.api.types.is_string_dtype(values.dtype):
-        values = values.str.strip()
+    if column.dtype == object:  # JSONL values, or files of different column types concatenated
+        values = column.map(lambda v: np.nan if isinstance(v, bool) else v.strip() if isinstance(v, str) else v)
+    else:
+        values = column.str.strip()
     return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
