@@ -71,7 +71,7 @@ def overview_dashboard() -> dashboard.Dashboard:
         timeseries_panel(
             ids,
             "$metric: relative drift, online / offline - 1",
-            "Relative drift, comparable across metrics. RankwatchQualityBelowBaseline fires below -5 % "
+            "Relative drift, comparable across metrics. RankwatchQualityBelowBaseline fires below -10 % "
             "(1h window, enough requests, sustained).",
             [query(f"{DRIFT_RELATIVE}{{{sel}}}", SLICE_LEGEND, "A")],
             unit="percentunit",

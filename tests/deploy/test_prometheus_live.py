@@ -123,7 +123,8 @@ def _wait(what: str, predicate: Any, deadline: float, procs: list[subprocess.Pop
         for p in procs:
             if p.poll() is not None:
                 out = p.stdout.read().decode(errors="replace")[-2000:] if p.stdout else ""
-                pytest.fail(f"{p.args[0]} exited with {p.returncode} while waiting for {what}:\n{out}")
+                name = p.args[0] if isinstance(p.args, list) else p.args
+                pytest.fail(f"{name!s} exited with {p.returncode} while waiting for {what}:\n{out}")
         try:
             value = predicate()
         except (urllib.error.URLError, ConnectionError, OSError):

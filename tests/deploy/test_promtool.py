@@ -54,7 +54,7 @@ def test_the_unit_tests_fail_when_an_alert_is_broken(tmp_path: Path) -> None:
         text = path.read_text()
         if "rankwatch:alert_relative_margin:constant" in text:
             text = text.replace(
-                "- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.05)",
+                "- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.10)",
                 "- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.50)",
             )
             assert "vector(0.50)" in text
