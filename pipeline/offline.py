@@ -172,8 +172,12 @@ def rank_order(
     if n * width > 2 * sc.size + 1024:
         return order_by_request(codes, _descending_dense_rank(sc))
     grouped = bool(np.all(codes[1:] >= codes[:-1]))
+    uniform = bool(np.all(lengths == width))
+    row_start = (np.arange(n, dtype=np.int64) * width)[:, None]
+    if grouped and uniform:  # the common case: top-k lists, one after the other
+        return (np.argsort(-sc.reshape(n, width), axis=1, kind="stable") + row_start).ravel()
     by_request = np.arange(sc.size, dtype=np.int64) if grouped else np.argsort(codes, kind="stable")
-    if bool(np.all(lengths == width)):
+    if uniform:
         slot = np.arange(sc.size, dtype=np.int64)  # item i of list j sits at j * width + i
     else:
         starts = offsets_from_lengths(lengths)[:-1]
@@ -181,10 +185,7 @@ def rank_order(
         slot = sorted_codes * width + (np.arange(sc.size, dtype=np.int64) - starts[sorted_codes])
     grid = np.full(n * width, np.inf)  # negated scores: padding sorts last
     grid[slot] = -sc[by_request]
-    within = np.argsort(grid.reshape(n, width), axis=1, kind="stable")
-    cell = (within + (np.arange(n, dtype=np.int64) * width)[:, None]).ravel()
-    if len(slot) == n * width and grouped:
-        return cell.astype(np.int64, copy=False)
+    cell = (np.argsort(grid.reshape(n, width), axis=1, kind="stable") + row_start).ravel()
     row_of_cell = np.full(n * width, -1, dtype=np.int64)
     row_of_cell[slot] = by_request
     picked = row_of_cell[cell]

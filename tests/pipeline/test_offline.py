@@ -197,14 +197,17 @@ def test_frame_validation_numbers_rows_and_never_modifies_the_frame() -> None:
 
 
 # -- ordering -------------------------------------------------------------------------------------------------
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 12), min_size=1, max_size=25),
     shuffle=st.booleans(),
     long_list=st.booleans(),
+    uniform=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_rank_order_by_score_descending_ties_in_input_order(lengths, shuffle, long_list, seed) -> None:
+def test_rank_order_by_score_descending_ties_in_input_order(lengths, shuffle, long_list, uniform, seed) -> None:
+    if uniform:
+        lengths = [max(lengths[0], 1)] * len(lengths)  # top-k lists of one length (the 2-D fast path)
     if long_list:
         lengths = [*lengths, 3000]  # far longer than the rest: the dense-rank path instead of the grid
     codes = np.repeat(np.arange(len(lengths)), lengths)
