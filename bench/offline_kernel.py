@@ -139,6 +139,11 @@ def main() -> None:
         n_rel = result.overall.requests_with_relevant
         # pytrec_eval scores R = 0 requests as 0; rankwatch leaves them out by default.
         assert abs(vals.sum() / n_rel - result.overall.values()[ours_name]) < 1e-9, ours_name
+    hist = result.overall.histogram
+    print(
+        f"# overall slice: {hist.n_distinct:,} AUC bins (cap {options.max_distinct_scores:,}), "
+        f"AUC-ROC error bound {hist.auc_roc_error_bound():.1e}"
+    )
     print(
         f"end to end   rankwatch {t_ours:7.3f} s ({n_req / t_ours:12,.0f} req/s)   "
         f"pytrec_eval {t_trec:7.3f} s ({n_req / t_trec:10,.0f} req/s)   ratio {t_trec / t_ours:5.2f}x  (goal >= 5x)"
