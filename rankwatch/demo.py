@@ -91,6 +91,10 @@ def demo_traffic(options: DemoOptions, start: datetime) -> TrafficConfig:
         variants=options.variants,
         regression=regression,
         attribution_window_ms=int(options.attribution_window_s * 1000),
+        # A little of the usual mess, so the health families have something to show; none of it changes
+        # a metric.
+        duplicate_rate=0.002,
+        malformed_rate=0.002,
     )
 
 
@@ -335,8 +339,15 @@ def render_view(snap: Snapshot, event_now: datetime, options: DemoOptions, url: 
         )
     published = ", ".join(f"{w}: {n}" for w, n in sorted(snap.windows_published.items())) or "none yet"
     events = snap.health.events
-    accepted = sum(n for (_, outcome), n in events.items() if outcome == "accepted")
-    lines.append(Text(f"windows published {published}; events accepted {accepted}", style="dim"))
+    counts = {
+        o: sum(n for (_, outcome), n in events.items() if outcome == o) for o in ("accepted", "rejected")
+    }
+    lines.append(
+        Text(
+            f"windows published {published}; events accepted {counts['accepted']}, rejected {counts['rejected']}",
+            style="dim",
+        )
+    )
     return Group(*lines)
 
 

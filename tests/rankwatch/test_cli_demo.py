@@ -95,6 +95,7 @@ def test_demo_serves_online_offline_and_drift_then_exits_0(tmp_path: Path) -> No
     slices = {(s["segment"], s["surface"], s["variant"]) for s in drift if s["window"] == "5m"}
     assert len(slices) >= 13 and ("all", "all", "all") in slices
     assert any(s["source"] == "online" for s in seen["rankwatch_ranking_requests"])
+    assert seen.get("rankwatch_rejected_events_total"), "the demo's few malformed events are counted by reason"
     # The injected regression (new_user) shows as the worst drift.
     assert worst[-1] == "new_user", worst
     lines = [json.loads(line) for line in windows_out.read_text().splitlines()]
