@@ -8,6 +8,14 @@ only while the other topic has a later record buffered or has nothing more to re
 high watermark). The interleaving the processor sees is then the producers' own, whatever the fetch sizes,
 and the streaming core's result does not depend on the order within its allowed disorder.
 
+"Caught up" comes from the high watermark of the last fetch response, which can be stale: the other
+topic may have received records since. Within ``max_skew_ms`` of the other topic's last fed timestamp that
+does not matter (the core tolerates that much disorder); a record further ahead is fed only once the
+broker confirmed, by a request made after the record was fetched, that the other topic has nothing more
+(``confirmed``; the service asks with ``end_offsets`` for the partitions in :attr:`PartitionPair.unconfirmed`).
+Without this, a burst on one topic followed by a far-ahead record could overtake the other topic's
+unfetched records and make them late.
+
 ``next_offset`` of each topic is the offset after the last record *fed*; a checkpoint stores those, never
 the fetch position, so buffered records are fetched again after a restore.
 """
@@ -36,10 +44,14 @@ class PartitionPair:
     next_offset: dict[Any, int | None]
     checkpoint: CheckpointRef | None = None
     fed_since_checkpoint: int = 0
+    max_skew_ms: int = 0
     buffers: dict[Any, deque[Any]] = field(default_factory=dict)
+    last_ts: dict[Any, int | None] = field(default_factory=dict)
+    unconfirmed: set[Any] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.buffers = {self.impressions_tp: deque(), self.clicks_tp: deque()}
+        self.last_ts = {self.impressions_tp: None, self.clicks_tp: None}
 
     def add(self, tp: Any, records: list[Any]) -> None:
         """Buffer fetched records, skipping any the pair already fed (a fetch racing a seek)."""
@@ -52,7 +64,20 @@ class PartitionPair:
     def buffered(self, tp: Any) -> int:
         return len(self.buffers[tp])
 
-    def feed(self, caught_up: Callable[[Any], bool], *, limit: int = 1_000_000) -> tuple[list[PublishedWindow], int]:
+    def _may_overtake(self, ts: int, other: Any, caught_up: Callable[[Any], bool],
+                      confirmed: Callable[[Any], bool]) -> bool:
+        if not caught_up(other):
+            return False
+        last = self.last_ts[other]
+        if last is not None and ts <= last + self.max_skew_ms:
+            return True
+        if confirmed(other):
+            return True
+        self.unconfirmed.add(other)
+        return False
+
+    def feed(self, caught_up: Callable[[Any], bool], confirmed: Callable[[Any], bool] = lambda tp: False,
+             *, limit: int = 1_000_000) -> tuple[list[PublishedWindow], int]:
         """Feed buffered records in timestamp order (see module docstring); returns windows and records fed."""
         imp_tp, clk_tp = self.impressions_tp, self.clicks_tp
         imp, clk = self.buffers[imp_tp], self.buffers[clk_tp]
@@ -63,11 +88,11 @@ class PartitionPair:
             if imp and clk:
                 take_imp = imp[0].timestamp <= clk[0].timestamp  # a tie: the impression first
             elif imp:
-                if not caught_up(clk_tp):
+                if not self._may_overtake(imp[0].timestamp, clk_tp, caught_up, confirmed):
                     break
                 take_imp = True
             elif clk:
-                if not caught_up(imp_tp):
+                if not self._may_overtake(clk[0].timestamp, imp_tp, caught_up, confirmed):
                     break
                 take_imp = False
             else:
@@ -76,10 +101,12 @@ class PartitionPair:
                 rec = imp.popleft()
                 out.extend(proc.process_impression(rec.value or b"", source=SourceRef(rec.topic, rec.partition, rec.offset)))
                 self.next_offset[imp_tp] = rec.offset + 1
+                self.last_ts[imp_tp] = rec.timestamp
             else:
                 rec = clk.popleft()
                 out.extend(proc.process_feedback(rec.value or b"", source=SourceRef(rec.topic, rec.partition, rec.offset)))
                 self.next_offset[clk_tp] = rec.offset + 1
+                self.last_ts[clk_tp] = rec.timestamp
             fed += 1
         self.fed_since_checkpoint += fed
         return out, fed

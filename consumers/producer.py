@@ -82,12 +82,16 @@ def produce_events(
     return report
 
 
-def window_closers(partitions: int, ts_ms: int, *, prefix: str = "rankwatch-close") -> list[GeneratedEvent]:
+def window_closers(
+    partitions: int, ts_ms: int, *, record_ts_ms: int, prefix: str = "rankwatch-close"
+) -> list[GeneratedEvent]:
     """One valid impression per partition at ``ts_ms``, keyed so the default partitioner puts it there.
 
     Sent after a finite burst of traffic they move every partition's watermark past its windows, so the
     service publishes them without waiting for idle timeouts (their own requests sit in a later window).
-    Send them with ``record_timestamps=False``: brokers refuse record timestamps far in the future.
+    Their record timestamp is ``record_ts_ms`` (give the traffic's largest, plus one): the consumer merges
+    the two topics by record timestamp, so the markers must sort after every real event, yet brokers
+    refuse record timestamps far in the future (``log.message.timestamp.after.max.ms``, 1 h).
     """
     out: dict[int, GeneratedEvent] = {}
     i = 0
@@ -97,6 +101,6 @@ def window_closers(partitions: int, ts_ms: int, *, prefix: str = "rankwatch-clos
         if p not in out:
             doc = {"event_id": f"imp-{rid}", "request_id": rid, "ts": ts_ms, "segment": "__close__",
                    "surface": "__close__", "items": [{"item_id": "i-close", "position": 1, "score": 0.0}]}
-            out[p] = GeneratedEvent("impressions", rid.encode(), msgspec.json.encode(doc), ts_ms)
+            out[p] = GeneratedEvent("impressions", rid.encode(), msgspec.json.encode(doc), record_ts_ms)
         i += 1
     return [out[p] for p in sorted(out)]

@@ -132,6 +132,9 @@ class ConsumerService:
         self._consumer = KafkaConsumer(
             **client, group_id=k.group_id, enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
             partition_assignment_strategy=[RangePartitionAssignor], max_poll_records=k.max_poll_records,
+            session_timeout_ms=int(k.session_timeout_s * 1000),
+            heartbeat_interval_ms=max(100, int(k.session_timeout_s * 1000) // 4),
+            group_instance_id=k.instance_id,
         )
         self._consumer.subscribe([k.impressions_topic, k.clicks_topic], listener=_Listener(self))
 
@@ -152,6 +155,9 @@ class ConsumerService:
                         if pair is not None and tp in pair.buffers:
                             pair.add(tp, records)
                     self._feed_all()
+                    unconfirmed = [tp for pair in self._pairs.values() for tp in pair.unconfirmed]
+                if unconfirmed:
+                    self._confirm_and_feed(unconfirmed)
                 self._flow_control()
                 now = time.monotonic()
                 if now - last_tick >= k.tick_interval_s:
@@ -176,10 +182,28 @@ class ConsumerService:
         except KafkaError:
             return False
 
-    def _feed_all(self) -> None:
+    def _feed_all(self, confirmed: dict[Any, int] | None = None) -> None:
+        ends = confirmed or {}
+
+        def is_confirmed(tp: Any) -> bool:
+            assert self._consumer is not None
+            return tp in ends and (self._consumer.position(tp) or 0) >= ends[tp]
+
         for pair in list(self._pairs.values()):
-            windows, _ = pair.feed(self._caught_up)
+            pair.unconfirmed.clear()
+            windows, _ = pair.feed(self._caught_up, is_confirmed)
             self._publish(windows)
+
+    def _confirm_and_feed(self, tps: list[Any]) -> None:
+        """Ask the broker for the end offsets of ``tps`` (made after every buffered record was fetched) and
+        feed again: records far ahead of a topic that truly has nothing more may now go (alignment docs)."""
+        assert self._consumer is not None
+        try:
+            ends = self._consumer.end_offsets(tps, timeout_ms=2000)
+        except Exception:  # noqa: BLE001 - no confirmation: wait for the next poll
+            return
+        with self._lock:
+            self._feed_all(ends)
 
     def _publish(self, windows: Iterable[PublishedWindow]) -> None:
         for w in windows:
@@ -340,7 +364,8 @@ class ConsumerService:
                 processor = StreamProcessor.restore(checkpoint.snapshot, config=self.stream, clock=self.clock,
                                                     dead_letters=self._dead)
                 pair = PartitionPair(p, imp_tp, clk_tp, processor,
-                                     {imp_tp: checkpoint.impressions_offset, clk_tp: checkpoint.clicks_offset}, ref)
+                                     {imp_tp: checkpoint.impressions_offset, clk_tp: checkpoint.clicks_offset}, ref,
+                                     max_skew_ms=self.stream.allowed_disorder_ms // 2)
                 for stale in [*orphans, *([checkpoint.previous] if checkpoint.previous else [])]:
                     self._store.delete(p, stale)
                 self._restores += 1
@@ -348,7 +373,7 @@ class ConsumerService:
                 processor = StreamProcessor(self.stream, clock=self.clock, dead_letters=self._dead, partitions=(p,))
                 start = {tp: (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else None)
                          for tp in (imp_tp, clk_tp)}
-                pair = PartitionPair(p, imp_tp, clk_tp, processor, start)
+                pair = PartitionPair(p, imp_tp, clk_tp, processor, start, max_skew_ms=self.stream.allowed_disorder_ms // 2)
             for tp in (imp_tp, clk_tp):
                 off = pair.next_offset.get(tp)
                 if off is not None:

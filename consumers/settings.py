@@ -49,6 +49,11 @@ class KafkaSettings:
         Records per poll; records buffered per topic-partition before fetching from it pauses.
     tick_interval_s
         How often idle pairs let the clock move their watermark (windows close when traffic stops).
+    session_timeout_s
+        A member silent this long (crashed) is removed from the group and its pairs move to the others.
+    instance_id
+        Static group membership (KIP-345): a restarted instance with the same id gets its partitions back
+        at once, without a rebalance; a stopped one keeps them until ``session_timeout_s`` passes.
     client_options
         kafka-python options passed to every client (security: SSL/SASL; see ``PASSTHROUGH_OPTIONS``).
     """
@@ -64,6 +69,8 @@ class KafkaSettings:
     max_poll_records: int = 2000
     max_buffered_records: int = 20_000
     tick_interval_s: float = 1.0
+    session_timeout_s: float = 10.0
+    instance_id: str | None = None
     client_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -73,7 +80,7 @@ class KafkaSettings:
             raise ValueError("impressions_topic and clicks_topic must differ")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
-        for name in ("checkpoint_interval_s", "tick_interval_s"):
+        for name in ("checkpoint_interval_s", "tick_interval_s", "session_timeout_s"):
             if float(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for name in ("max_poll_records", "max_buffered_records"):

@@ -27,7 +27,8 @@ T = TypeVar("T")
 # table -> allowed keys (None: free-form table, checked by its own reader)
 SCHEMA: dict[str, frozenset[str] | None] = {
     "kafka": frozenset({"bootstrap_servers", "group_id", "auto_offset_reset", "checkpoint_interval",
-                       "max_poll_records", "max_buffered_records", "tick_interval", "security"}),
+                       "max_poll_records", "max_buffered_records", "tick_interval", "session_timeout",
+                       "instance_id", "security"}),
     "topics": frozenset({"impressions", "clicks", "dead_letter", "checkpoints"}),
     "windows": frozenset({"sizes", "attribution", "allowed_disorder", "idle_timeout", "finalize_step"}),
     "slices": frozenset({"by", "max_values_per_label"}),
@@ -180,6 +181,8 @@ def _kafka(k: _Reader, t: _Reader, where: str) -> KafkaSettings:
         dead_letter_topic=t.get("dead_letter", str, "") or None,
         checkpoint_interval_s=k.duration_ms("checkpoint_interval", 10_000) / 1000,
         tick_interval_s=k.duration_ms("tick_interval", 1_000) / 1000,
+        session_timeout_s=k.duration_ms("session_timeout", 10_000) / 1000,
+        instance_id=k.get("instance_id", str, "") or None,
         auto_offset_reset=reset,
         max_poll_records=k.positive_int("max_poll_records", 2000),
         max_buffered_records=k.positive_int("max_buffered_records", 20_000),

@@ -146,8 +146,9 @@ def command(
         report = produce_events(producer, stream, topics=topics, pace_from_ms=None if fast else datetime_to_ms(start),
                                 on_event=keep if files else None)
         if close_after is not None and report.last_ts_ms is not None:
-            closers = window_closers(next(iter(counts.values())), report.last_ts_ms + int(close_after * 1000))
-            produce_events(producer, closers, topics=topics, record_timestamps=False)
+            closers = window_closers(next(iter(counts.values())), report.last_ts_ms + int(close_after * 1000),
+                                     record_ts_ms=report.last_ts_ms + 1)
+            produce_events(producer, closers, topics=topics)
     except ProduceError as e:
         raise RankwatchError(str(e)) from None
     except KeyboardInterrupt:

@@ -1,0 +1,118 @@
+"""Helpers of the Kafka tests: the broker handle, run configs, starting and stopping ``rankwatch run``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL_SH = ROOT / "deploy" / "kafka" / "local.sh"
+
+
+@dataclass
+class Broker:
+    bootstrap: str
+    port: int | None  # None: an external broker we do not own
+
+    def _sh(self, action: str) -> None:
+        assert self.port is not None
+        env = {**os.environ, "KAFKA_PORT": str(self.port), "KAFKA_CONTROLLER_PORT": str(self.port + 1)}
+        subprocess.run([str(LOCAL_SH), action], check=True, env=env, capture_output=True, timeout=180)
+
+    def stop(self) -> None:
+        self._sh("stop")
+
+    def start(self) -> None:
+        self._sh("start")
+
+
+def _free_port_pair() -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return int(port)
+    raise RuntimeError("no free port pair")
+
+
+def write_config(path: Path, *, bootstrap: str, prefix: str, windows: tuple[str, ...] = ("1m", "5m"),
+                 attribution: str = "1m", disorder: str = "5s", checkpoint_interval: str = "1s",
+                 kafka_extra: str = "", extra: str = "") -> Path:
+    """A run config for tests: idle timeout of an hour, so only events (and closers) move watermarks."""
+    sizes = ", ".join(f'"{w}"' for w in windows)
+    path.write_text(f"""
+[kafka]
+bootstrap_servers = ["{bootstrap}"]
+group_id = "{prefix}-group"
+checkpoint_interval = "{checkpoint_interval}"
+session_timeout = "6s"
+max_poll_records = 500
+{kafka_extra}
+[topics]
+impressions = "{prefix}-imp"
+clicks = "{prefix}-clk"
+[windows]
+sizes = [{sizes}]
+attribution = "{attribution}"
+allowed_disorder = "{disorder}"
+idle_timeout = "1h"
+[exporter]
+enabled = false
+{extra}
+""")
+    return path
+
+
+STARTED: list[subprocess.Popen[bytes]] = []  # killed at the end of each test (see conftest)
+
+
+def start_run(config: Path, windows_out: Path, log: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rankwatch.cli", "run", "--config", str(config), "--windows-out", str(windows_out)],
+        cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+    )
+    STARTED.append(proc)
+    return proc
+
+
+def kill_started() -> None:
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def stop_run(proc: subprocess.Popen[bytes], *, kill: bool = False, timeout: float = 60) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+    return proc.wait(timeout=timeout)
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, procs: tuple[Any, ...] = ()) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"service exited with {p.returncode} while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)

@@ -1,0 +1,79 @@
+"""Independent oracle for the Kafka tests: expected windows from the generator's joined ground-truth rows.
+
+Each request's rows are grouped by the partition its ``request_id`` key hashes to (the producer's
+partitioner) and by the epoch-aligned window of its ``request_ts``; every group goes through the offline
+path (:func:`pipeline.offline.compute_baseline`), which shares nothing with the streaming join.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from consumers.producer import partition_of
+from pipeline.offline import compute_baseline
+from pipeline.options import MetricOptions
+from pipeline.result import result_document
+from pipeline.slicing import SliceSpec
+from pipeline.windows import parse_duration_ms
+
+Identity = tuple[str, str, tuple[int, ...]]
+
+
+def _rfc3339(ms: int) -> str:
+    return pd.Timestamp(ms, unit="ms", tz="UTC").isoformat().replace("+00:00", "Z")
+
+
+def expected_windows(
+    rows: pd.DataFrame, *, windows: Iterable[str], partitions: int, options: MetricOptions | None = None,
+    slice_spec: SliceSpec | None = None,
+) -> dict[Identity, dict[str, Any]]:
+    """``{(window, start, (p,)): result document}`` for every window with at least one request."""
+    frame = rows.copy()
+    ts = pd.to_datetime(frame["request_ts"], utc=True, format="ISO8601")
+    frame["_ts_ms"] = ((ts - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)).astype("int64")
+    parts = {rid: partition_of(str(rid).encode(), partitions) for rid in frame["request_id"].unique()}
+    frame["_p"] = frame["request_id"].map(parts)
+    out: dict[Identity, dict[str, Any]] = {}
+    for w in windows:
+        size = parse_duration_ms(w)
+        frame["_start"] = frame["_ts_ms"] // size * size
+        for (p, start), group in frame.groupby(["_p", "_start"], sort=True):
+            res = compute_baseline(group.drop(columns=["_ts_ms", "_p", "_start", "request_ts"]).reset_index(drop=True),
+                                   options=options, slice_spec=slice_spec)
+            out[(w, _rfc3339(int(start)), (int(p),))] = result_document(res.overall, res.slices)
+    return out
+
+
+def assert_documents_equal(got: dict[str, Any], want: dict[str, Any], *, context: str = "") -> None:
+    """Counts equal exactly, metric values to 1e-9 (sums are added in a different order), None == None."""
+
+    def check(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
+        for key, value in b.items():
+            other = a.get(key)
+            if isinstance(value, float) or isinstance(other, float):
+                if value is None or other is None:
+                    assert value is other, f"{context} {where} {key}: {other!r} != {value!r}"
+                else:
+                    assert math.isclose(other, value, rel_tol=1e-9, abs_tol=1e-12), f"{context} {where} {key}: {other} != {value}"
+            elif key not in ("segment", "surface", "variant", "model"):
+                assert other == value, f"{context} {where} {key}: {other!r} != {value!r}"
+
+    check(got["overall"], want["overall"], "overall")
+    key = lambda s: tuple((k, s[k]) for k in ("segment", "surface", "variant", "model") if k in s)  # noqa: E731
+    got_slices = {key(s): s for s in got["slices"]}
+    want_slices = {key(s): s for s in want["slices"]}
+    assert set(got_slices) == set(want_slices), f"{context} slices {sorted(got_slices)} != {sorted(want_slices)}"
+    for k, s in want_slices.items():
+        check(got_slices[k], s, str(k))
+
+
+def read_truth(path: Any) -> pd.DataFrame:
+    """The ``--ground-truth`` JSONL of ``rankwatch simulate`` (no type guessing: ids stay strings)."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        return pd.DataFrame([json.loads(line) for line in f if line.strip()])
