@@ -232,6 +232,19 @@ def test_regression_alert_fires_for_the_regressed_segment_only(warmed: Prometheu
     assert {a["labels"]["segment"] for a in alerts} <= {REGRESSED, "all"}
 
 
+def test_auc_drop_fires_for_the_regressed_segment(warmed: Prometheus) -> None:
+    def auc_alert_segments() -> set[str]:
+        return {a["labels"]["segment"] for a in warmed.alerts() if a["labels"]["alertname"] == "RankwatchAUCDrop"}
+
+    assert _wait("RankwatchAUCDrop for new_user", lambda: REGRESSED in auc_alert_segments(), time.monotonic() + 30, [])
+
+
+def test_healthy_pipeline_raises_no_health_alert(warmed: Prometheus) -> None:
+    """Only quality alerts are active: a fresh, healthy demo is not stalled, not down, not overflowing."""
+    names = {a["labels"]["alertname"] for a in warmed.alerts()}
+    assert names <= {"RankwatchQualityBelowBaseline", "RankwatchAUCDrop"}, names
+
+
 def test_every_recording_rule_returns_data(warmed: Prometheus) -> None:
     names = warmed.recording_rules()
     assert len(names) >= 20
