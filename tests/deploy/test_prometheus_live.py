@@ -6,7 +6,8 @@ Checks, through Prometheus' HTTP API:
 * every query of every dashboard panel returns data (same exceptions), with the template variables
   substituted ("All" = ``.*``, single-value variables a concrete value);
 * RankwatchQualityBelowBaseline becomes pending or firing for new_user's slices and for no slice of the
-  other segments.
+  other segments (the overall slice may join: a third of its traffic regressed);
+* RankwatchAUCDrop does so for new_user too, and no health alert (stall, target down, ...) is active.
 
 The rules are the shipped files; the only change in the test copy is shorter ``for:`` durations, because
 the shipped ones (up to 75 minutes) would outlast any test. Scrapes and evaluations run every second and the
