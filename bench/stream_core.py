@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from datetime import UTC, datetime
@@ -129,35 +132,55 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * 4096
 
 
+def _hold(lines: Any, which: str) -> tuple[Any, int]:
+    """Keep every impression of ``lines`` pending in the core, or in a dict-of-dicts join."""
+    if which == "core":
+        # An attribution window far longer than the data keeps every request pending.
+        proc = StreamProcessor(StreamConfig(attribution_window_ms=10**12, max_pending_requests=10**8),
+                               clock=ManualClock())
+        for raw in lines:
+            proc.process_impression(raw)
+        return proc, proc.stats().pending_requests
+    holder: dict[str, Any] = {}
+    for raw in lines:
+        doc = msgspec.json.decode(raw)
+        holder[doc["request_id"]] = {
+            "ts": doc["ts"],
+            "items": {it["item_id"]: {"position": it["position"], "score": float(it["score"]), "label": 0.0}
+                      for it in doc["items"]},
+        }
+    return holder, len(holder)
+
+
 def pending_memory(events: list[GeneratedEvent], which: str) -> tuple[float, float, int]:
-    """Bytes per pending request (tracemalloc, RSS growth) holding every impression of ``events``."""
+    """Bytes per pending request: tracemalloc here, and RSS growth in a fresh process reading a file."""
     impressions = [e.value for e in events if e.stream == "impressions"]
     gc.collect()
-    rss0 = rss_bytes()
     tracemalloc.start()
-    if which == "core":
-        # A long attribution window keeps every request pending.
-        holder: Any = StreamProcessor(StreamConfig(attribution_window_ms=10**12, max_pending_requests=10**8),
-                                      clock=ManualClock())
-        for raw in impressions:
-            holder.process_impression(raw)
-        n = holder.stats().pending_requests
-    else:
-        holder = {}
-        for raw in impressions:
-            doc = msgspec.json.decode(raw)
-            holder[doc["request_id"]] = {
-                "ts": doc["ts"],
-                "items": {it["item_id"]: {"position": it["position"], "score": float(it["score"]), "label": 0.0}
-                          for it in doc["items"]},
-            }
-        n = len(holder)
+    holder, n = _hold(impressions, which)
     traced, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    rss = rss_bytes() - rss0
     del holder
-    gc.collect()
+    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:
+        f.write(b"".join(raw + b"\n" for raw in impressions))
+    try:
+        res = subprocess.run([sys.executable, __file__, "--rss-child", which, f.name],
+                             capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    rss, n_child = (float(x) for x in res.stdout.split())
+    assert int(n_child) == n
     return traced / n, rss / n, n
+
+
+def _rss_child(which: str, path: str) -> None:
+    gc.collect()
+    before = rss_bytes()
+    with open(path, "rb") as f:
+        holder, n = _hold((line.rstrip(b"\n") for line in f), which)
+    gc.collect()
+    print(rss_bytes() - before, n)
+    del holder
 
 
 def main() -> None:
@@ -165,7 +188,11 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200_000)
     ap.add_argument("--memory-requests", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rss-child", nargs=2, metavar=("WHICH", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rss_child:
+        _rss_child(*args.rss_child)
+        return
     events = build_events(args.requests)
     n_imp = sum(e.stream == "impressions" for e in events)
     print(f"events: {len(events)} ({n_imp} impressions of 20 items, {len(events) - n_imp} clicks)")

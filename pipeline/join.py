@@ -3,11 +3,11 @@
 Layout (one *slot* per pending request; slots are reused through a free list):
 
 - ``index``: ``request_id -> slot`` (the only per-request dict entry),
-- fixed columns in ``array`` s: ``ts`` (int64 request_ts = earliest impression ts) and ``combo`` (int32 id
-  of the capped slice labels),
-- variable columns, one Python object per request, never one per item: ``item_ids`` (the ids joined by
-  NUL in one ``str``), ``scores`` (float64 packed in one ``bytes``), ``positions`` (``None`` when the items
-  are exactly positions ``1..n`` in order, the common list-form case, else an ``array('i')``) and
+- fixed columns in ``array`` s: ``ts`` (int64 request_ts = earliest impression ts), ``combo`` (int32 id
+  of the capped slice labels) and ``count`` (uint16 items),
+- variable columns, one Python object per request, never one per item: ``record`` (one ``bytes``: the
+  float64 scores in position order, then the UTF-8 item ids joined by NUL), ``positions`` (``None`` when the items
+  are exactly positions ``1..n``, the common list-form case, else a sorted ``array('i')``) and
   ``feedback`` (``None`` or a small list of ``(item_id, grade, ts_ms, counted)``).
 
 A 20-item list-form request costs about 600 bytes (~30 bytes per item); see docs/benchmarks.md.
@@ -116,8 +116,9 @@ class PendingRequests:
         self.rid: list[str | None] = []
         self.ts = array("q")
         self.combo = array("i")
-        self.item_ids: list[str | None] = []
-        self.scores: list[bytes | None] = []
+        # One bytes object per request: float64 scores (8 * n bytes), then the UTF-8 item ids joined by NUL.
+        self.record: list[bytes | None] = []
+        self.count = array("H")  # items per request (max_items_per_request <= 65535)
         self.positions: list[array[int] | None] = []
         self.feedback: list[list[FeedbackEntry] | None] = []
         self.free: list[int] = []
@@ -152,15 +153,14 @@ class PendingRequests:
             ids = tuple(ids[i] for i in order)
             scores = tuple(scores[i] for i in order)
             pos_col = array("i", [positions[i] for i in order])
-        packed = _pack_scores(scores)
-        joined = SEP.join(ids)
+        packed = _pack_scores(scores) + SEP.join(ids).encode()
         if self.free:
             slot = self.free.pop()
             self.rid[slot] = imp.request_id
             self.ts[slot] = imp.ts_ms
             self.combo[slot] = combo
-            self.item_ids[slot] = joined
-            self.scores[slot] = packed
+            self.record[slot] = packed
+            self.count[slot] = n
             self.positions[slot] = pos_col
             self.feedback[slot] = None
         else:
@@ -168,8 +168,8 @@ class PendingRequests:
             self.rid.append(imp.request_id)
             self.ts.append(imp.ts_ms)
             self.combo.append(combo)
-            self.item_ids.append(joined)
-            self.scores.append(packed)
+            self.record.append(packed)
+            self.count.append(n)
             self.positions.append(pos_col)
             self.feedback.append(None)
         self.index[imp.request_id] = slot
@@ -179,9 +179,9 @@ class PendingRequests:
 
     def extend(self, slot: int, imp: Impression) -> Rejection | None:
         """Add more items (item form, or a second list) to a pending request."""
-        old_scores = self.scores[slot]
-        assert old_scores is not None
-        have = len(old_scores) // 8
+        rec = self.record[slot]
+        assert rec is not None
+        have = self.count[slot]
         n = len(imp.scores)
         if have + n > self.max_items:
             return Rejection(RejectReason.too_many_items, f"request would have {have + n} items > {self.max_items}")
@@ -189,12 +189,16 @@ class PendingRequests:
         if pos is None:
             pos = array("i", range(1, have + 1))
         taken = set(pos)
-        if any(p in taken for p in imp.positions):
+        if any(p in taken for p in imp.positions) or len(set(imp.positions)) != n:
             return Rejection(RejectReason.duplicate_position, "position already filled for this request")
-        pos.extend(imp.positions)
-        self.positions[slot] = pos
-        self.scores[slot] = old_scores + _pack_scores(imp.scores)
-        self.item_ids[slot] = f"{self.item_ids[slot]}{SEP}{SEP.join(imp.item_ids)}"
+        # Merge in position order now (a rare path), so finalization never sorts.
+        ids = rec[8 * have :].decode().split(SEP) + list(imp.item_ids)
+        scores = struct.unpack(f"<{have}d", rec[: 8 * have]) + tuple(imp.scores)
+        positions = list(pos) + list(imp.positions)
+        order = sorted(range(have + n), key=positions.__getitem__)
+        self.positions[slot] = array("i", [positions[i] for i in order])
+        self.record[slot] = _pack_scores(tuple(scores[i] for i in order)) + SEP.join([ids[i] for i in order]).encode()
+        self.count[slot] = have + n
         self.n_items += n
         if imp.ts_ms < self.ts[slot]:
             self.ts[slot] = imp.ts_ms
@@ -224,27 +228,17 @@ class PendingRequests:
         """Remove ``slots`` and return their flat, labelled lists."""
         att = self.attribution_window_ms
         lengths: list[int] = []
-        score_parts: list[bytes] = []
+        score_parts: list[memoryview] = []
         request_ids: list[str] = []
         labelled: list[tuple[int, list[float]]] = []  # (request number, labels) for requests with feedback
         accepted = late = detached = 0
         for j, s in enumerate(slots):
-            sc = self.scores[s]
-            ids_joined = self.item_ids[s]
-            assert sc is not None and ids_joined is not None
-            pos = self.positions[s]
+            rec = self.record[s]
+            assert rec is not None
+            n = self.count[s]
             fb = self.feedback[s]
-            n = len(sc) // 8
-            ids: list[str] | None = None
-            if pos is not None and any(pos[i] > pos[i + 1] for i in range(n - 1)):
-                order = sorted(range(n), key=pos.__getitem__)
-                ids_all = ids_joined.split(SEP)
-                ids = [ids_all[i] for i in order]
-                vals = struct.unpack(f"<{n}d", sc)
-                sc = _pack_scores(tuple(vals[i] for i in order))
             if fb is not None:
-                if ids is None:
-                    ids = ids_joined.split(SEP)
+                ids = rec[8 * n :].decode().split(SEP)
                 rts = self.ts[s]
                 grades = [0.0] * n
                 for item, grade, fts, counted in fb:
@@ -267,7 +261,7 @@ class PendingRequests:
                             grades[i] = float(grade)
                 labelled.append((j, grades))
             lengths.append(n)
-            score_parts.append(sc)
+            score_parts.append(memoryview(rec)[: 8 * n])
             request_ids.append(self.rid[s])  # type: ignore[arg-type]
         ts_arr = np.array([self.ts[s] for s in slots], dtype=np.int64)
         combo_arr = np.array([self.combo[s] for s in slots], dtype=np.int64)
@@ -285,11 +279,10 @@ class PendingRequests:
         rid = self.rid[s]
         assert rid is not None
         del self.index[rid]
-        sc = self.scores[s]
-        self.n_items -= len(sc) // 8 if sc is not None else 0
+        self.n_items -= self.count[s]
         self.rid[s] = None
-        self.item_ids[s] = None
-        self.scores[s] = None
+        self.record[s] = None
+        self.count[s] = 0
         self.positions[s] = None
         self.feedback[s] = None
         self.free.append(s)
@@ -302,8 +295,8 @@ class PendingRequests:
             "rid": [self.rid[s] for s in slots],
             "ts": [self.ts[s] for s in slots],
             "combo": [self.combo[s] for s in slots],
-            "item_ids": [self.item_ids[s] for s in slots],
-            "scores": [self.scores[s] for s in slots],
+            "record": [self.record[s] for s in slots],
+            "count": [self.count[s] for s in slots],
             "positions": [None if self.positions[s] is None else self.positions[s].tobytes() for s in slots],  # type: ignore[union-attr]
             "feedback": [self.feedback[s] for s in slots],
         }
@@ -317,14 +310,14 @@ class PendingRequests:
             out.rid.append(rid)
             out.ts.append(int(state["ts"][i]))
             out.combo.append(int(state["combo"][i]))
-            out.item_ids.append(state["item_ids"][i])
-            out.scores.append(bytes(state["scores"][i]))
+            out.record.append(bytes(state["record"][i]))
+            out.count.append(int(state["count"][i]))
             pos = state["positions"][i]
             out.positions.append(None if pos is None else array("i", bytes(pos)))
             fb = state["feedback"][i]
             out.feedback.append(None if fb is None else [(str(a), int(b), int(c), bool(d)) for a, b, c, d in fb])
             out.index[rid] = i
-            out.n_items += len(out.scores[i]) // 8  # type: ignore[arg-type]
+            out.n_items += out.count[i]
             out._file(i, out.ts[i])
         return out
 

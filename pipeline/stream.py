@@ -77,6 +77,8 @@ class StreamConfig:
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.max_items_per_request > 65_535:
+            raise ValueError("max_items_per_request must be <= 65535")
         if self.allowed_disorder_ms < 0:
             raise ValueError("allowed_disorder_ms must be >= 0")
         if not self.windows:
@@ -172,7 +174,7 @@ class StreamProcessor:
         if type(imp) is not Impression:
             self._reject("impressions", raw, imp, source)  # type: ignore[arg-type]
             return []
-        if imp.event_id in self._seen:
+        if imp.event_id in self._seen.ids:
             self._imp["duplicate"] += 1
             return []
         out = self._observe(source, imp.ts_ms)
@@ -204,7 +206,7 @@ class StreamProcessor:
         if type(fb) is not Feedback:
             self._reject("clicks", raw, fb, source)  # type: ignore[arg-type]
             return []
-        if fb.event_id in self._seen:
+        if fb.event_id in self._seen.ids:
             self._clk["duplicate"] += 1
             return []
         out = self._observe(source, fb.ts_ms)

@@ -29,10 +29,12 @@ def test_columns_are_packed_not_dicts_per_item():
     s = store()
     s.add(imp("r", 0, [(f"i{k}", k + 1, k / 10) for k in range(20)]), combo=0)
     slot = s.index["r"]
-    assert isinstance(s.item_ids[slot], str) and isinstance(s.scores[slot], bytes)
+    record = s.record[slot]
+    assert isinstance(record, bytes) and s.count[slot] == 20
+    assert record[:160] == np.arange(20, dtype="<f8").__truediv__(10).tobytes()  # scores, in position order
+    assert record[160:].split(b"\x00") == [f"i{k}".encode() for k in range(20)]
     assert s.positions[slot] is None  # positions 1..n in order cost nothing
-    per_request = sys.getsizeof(s.item_ids[slot]) + sys.getsizeof(s.scores[slot])
-    assert per_request < 20 * 20  # < 20 bytes per item for ids and scores together
+    assert sys.getsizeof(record) < 20 * 20  # < 20 bytes per item for ids and scores together
     assert s.n_items == 20 and len(s) == 1
 
 
