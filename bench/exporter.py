@@ -6,10 +6,16 @@ Setup: 50 segments x 5 surfaces x 3 variants = 750 slices, two windows (5m, 1h),
 (copied from the collector's own exposition), so both sides format identical text.
 
 Rows:
-- ``quality only``: the 9,000-series quality family alone (roll-ups off), vs one labelled Gauge;
+- ``quality only``: the 9,000-series quality family alone (roll-ups off) through ``generate_latest``,
+  vs one labelled Gauge;
 - ``full scrape``: every family the exporter serves (roll-ups, sample sizes, drift, cumulative parts,
-  health), vs one labelled Gauge per family with the same series;
-- ``full scrape over HTTP``: the same through each side's HTTP server (urllib GET).
+  health) through ``generate_latest`` -- what the first scrape after a publication costs -- vs one
+  labelled Gauge per family with the same series;
+- ``full scrape, cached``: the same with the state unchanged since the last scrape (the usual case), served
+  by :class:`exporters.collector.CachedExposition`;
+- ``over HTTP, plain`` / ``over HTTP, like Prometheus`` (OpenMetrics + gzip): a GET against each side's
+  HTTP server (rankwatch: :class:`exporters.http.MetricsServer`; reference: prometheus-client's WSGI app
+  behind the same server class).
 
 Prints medians of ``--repeats`` alternating runs and the ratio reference/rankwatch (> 1: rankwatch faster).
 Goal: rankwatch no slower than the plain Gauges (ratio >= 1).
@@ -29,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, make_wsgi_app
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -43,6 +49,11 @@ from pipeline.options import MetricOptions  # noqa: E402
 from pipeline.published import PublishedWindow  # noqa: E402
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+# What Prometheus 2.x sends when it scrapes.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
 OPTIONS = MetricOptions()
 
 
@@ -147,27 +158,39 @@ def main() -> None:
         )
         rows.append((label, count_samples(text), med["rankwatch"], med["gauges"]))
 
+    # Unchanged state (the usual case between publications): the cached exposition.
+    assert full.exposition is not None
+    cache = full.exposition
+    assert cache.render()[0] == generate_latest(full)
+    med = median_times({"rankwatch": cache.render, "gauges": lambda: generate_latest(full_ref)}, args.repeats)
+    rows.append(("full scrape, cached", count_samples(full_text), med["rankwatch"], med["gauges"]))
+
     ours_server = MetricsServer(full, port=0).start()
-    ref_server = MetricsServer(full_ref, port=0).start()
+    ref_server = MetricsServer(full_ref, port=0).start()  # prometheus-client's own WSGI app behind it
     try:
+        for label, headers in (
+            ("over HTTP, plain", {}),
+            ("over HTTP, like Prometheus", {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}),
+        ):
 
-        def get(url: str) -> bytes:
-            with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
-                return bytes(resp.read())
+            def get(url: str, headers: dict[str, str] = headers) -> bytes:
+                req = urllib.request.Request(url + "/metrics", headers=headers)
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    return bytes(resp.read())
 
-        med = median_times(
-            {"rankwatch": lambda: get(ours_server.url), "gauges": lambda: get(ref_server.url)}, args.repeats
-        )
-        rows.append(("full scrape over HTTP", count_samples(full_text), med["rankwatch"], med["gauges"]))
+            med = median_times(
+                {"rankwatch": lambda: get(ours_server.url), "gauges": lambda: get(ref_server.url)},
+                args.repeats,
+            )
+            rows.append((label, count_samples(full_text), med["rankwatch"], med["gauges"]))
     finally:
         ours_server.stop()
         ref_server.stop()
-    _ = make_wsgi_app  # the reference HTTP path is prometheus-client's own WSGI app behind the same server
 
     print(f"publish_window with 750 slices (roll-ups off): {publish_s * 1000:.1f} ms per window")
-    print(f"{'case':<24}{'series':>8}{'rankwatch ms':>14}{'gauges ms':>12}{'ratio':>8}")
+    print(f"{'case':<28}{'series':>8}{'rankwatch ms':>14}{'gauges ms':>12}{'ratio':>8}")
     for label, n, ours_s, ref_s in rows:
-        print(f"{label:<24}{n:>8}{ours_s * 1000:>14.2f}{ref_s * 1000:>12.2f}{ref_s / ours_s:>8.2f}")
+        print(f"{label:<28}{n:>8}{ours_s * 1000:>14.2f}{ref_s * 1000:>12.2f}{ref_s / ours_s:>8.2f}")
     print(
         "ratio = gauges time / rankwatch time (>= 1: rankwatch no slower); medians of", args.repeats, "runs"
     )

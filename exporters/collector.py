@@ -9,10 +9,12 @@ the watermark delay (event-time clock) and the baseline age (wall clock).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
@@ -54,20 +56,21 @@ class RankwatchCollector(Collector):
         event_clock: Clock | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self._state = state
+        self.state = state
         self._event_clock: Clock = event_clock or WallClock()
         self._wall = wall_clock
 
     def describe(self) -> list[Metric]:
-        # Nothing to pre-register: the families are dynamic and unique to this collector.
-        return []
+        """Every family, without samples: registries use it for name checks and ``name[]`` filters."""
+        return [Metric(m.name, m.documentation, m.type) for m in self.collect()]
 
     def collect(self) -> Iterator[Metric]:
-        snap = self._state.snapshot()
+        snap = self.state.snapshot()
         yield from _ranking_families(snap)
-        yield from self._health_families(snap)
+        yield from self.health_families(snap)
 
-    def _health_families(self, snap: Snapshot) -> Iterator[Metric]:
+    def health_families(self, snap: Snapshot) -> Iterator[Metric]:
+        """The small, often changing families (events, health, baselines), computed from ``snap``."""
         h = snap.health
         yield _family(
             names.EVENTS,
@@ -109,13 +112,13 @@ class RankwatchCollector(Collector):
             "gauge",
             [Sample(names.PENDING_REQUESTS, {}, float(h.pending_requests))],
         )
-        if h.pending_requests_limit is not None:
-            yield _family(
-                names.PENDING_REQUESTS_LIMIT,
-                "Cap on pending requests (oldest finalized early beyond it).",
-                "gauge",
-                [Sample(names.PENDING_REQUESTS_LIMIT, {}, float(h.pending_requests_limit))],
-            )
+        limit = h.pending_requests_limit
+        yield _family(
+            names.PENDING_REQUESTS_LIMIT,
+            "Cap on pending requests (oldest finalized early beyond it).",
+            "gauge",
+            [] if limit is None else [Sample(names.PENDING_REQUESTS_LIMIT, {}, float(limit))],
+        )
         yield _family(
             names.PENDING_ITEMS,
             "Items of the pending requests.",
@@ -134,13 +137,13 @@ class RankwatchCollector(Collector):
             "gauge",
             [Sample(names.LABEL_VALUES, {"label": k}, float(v)) for k, v in sorted(h.label_values.items())],
         )
-        if h.label_values_limit is not None:
-            yield _family(
-                names.LABEL_VALUES_LIMIT,
-                "Cap on distinct values per slice label.",
-                "gauge",
-                [Sample(names.LABEL_VALUES_LIMIT, {}, float(h.label_values_limit))],
-            )
+        label_limit = h.label_values_limit
+        yield _family(
+            names.LABEL_VALUES_LIMIT,
+            "Cap on distinct values per slice label.",
+            "gauge",
+            [] if label_limit is None else [Sample(names.LABEL_VALUES_LIMIT, {}, float(label_limit))],
+        )
         yield _family(
             names.LABEL_OVERFLOW,
             "Events whose label value was folded into __other__ by the stream's cap.",
@@ -258,8 +261,71 @@ def _ranking_families(snap: Snapshot) -> Iterator[Metric]:
     )
 
 
-def build_registry(state: MetricsState, *, event_clock: Clock | None = None) -> CollectorRegistry:
+class _Families:
+    """A ready list of families, in the shape the exposition encoders take (anything with ``collect()``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+class CachedExposition:
+    """The exposition of one :class:`RankwatchCollector`, with the text of the large families kept while
+    the state behind them is unchanged.
+
+    Quality, drift, sample sizes and the cumulative parts change only when a window is published or the
+    baselines change, but make up nearly all of a scrape; their text is rendered once per change and per
+    format (Prometheus text or OpenMetrics, by ``Accept``), by prometheus-client's own encoders, and joined
+    with the freshly rendered health families of the same snapshot. The bytes equal what
+    ``generate_latest`` gives for a registry holding only this collector.
+    """
+
+    _EOF = b"# EOF\n"  # OpenMetrics terminator: only once, at the very end
+
+    def __init__(self, collector: RankwatchCollector) -> None:
+        self._collector = collector
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[tuple[object, ...], bytes]] = {}
+
+    def render(self, accept_header: str | None = None) -> tuple[bytes, str]:
+        """``(body, content type)`` for a scrape with this ``Accept`` header."""
+        encoder, content_type = choose_encoder(accept_header or "")
+        snap = self._collector.state.snapshot()
+        key = (snap.quality, snap.drift, snap.requests, snap.unmatched, snap.summary, snap.finalized)
+        with self._lock:
+            cached = self._cache.get(content_type)
+        if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+            ranking = cached[1]
+        else:
+            ranking = encoder(_Families(list(_ranking_families(snap)))).removesuffix(self._EOF)  # type: ignore[arg-type]
+            with self._lock:
+                self._cache[content_type] = (key, ranking)  # holds the tuples, so identity stays meaningful
+        health = encoder(_Families(list(self._collector.health_families(snap))))  # type: ignore[arg-type]
+        return ranking + health, content_type
+
+
+class RankwatchRegistry(CollectorRegistry):
+    """A registry holding the rankwatch collector, with a :class:`CachedExposition` for the HTTP server.
+
+    Registering any other collector drops the cache (``exposition`` becomes None), so the server falls
+    back to prometheus-client's own rendering of the whole registry.
+    """
+
+    def __init__(self, collector: RankwatchCollector) -> None:
+        super().__init__(auto_describe=False)
+        self.exposition: CachedExposition | None = None
+        self.register(collector)
+        self.exposition = CachedExposition(collector)
+
+    def register(self, collector: Collector) -> None:
+        super().register(collector)
+        self.exposition = None
+
+
+def build_registry(
+    state: MetricsState, *, event_clock: Clock | None = None, wall_clock: Callable[[], float] = time.time
+) -> RankwatchRegistry:
     """A registry holding only the rankwatch collector (no process/platform collectors)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RankwatchCollector(state, event_clock=event_clock))
-    return registry
+    return RankwatchRegistry(RankwatchCollector(state, event_clock=event_clock, wall_clock=wall_clock))

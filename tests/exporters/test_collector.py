@@ -269,3 +269,59 @@ def test_a_producer_value_all_is_not_mistaken_for_a_rollup() -> None:
     assert series[("_all", "search", "all")].requests == pw.slices[key].requests
     both = [a for k, a in pw.slices.items() if dict(k)["surface"] == "search"]
     assert series[("all", "search", "all")].requests == sum(a.requests for a in both)  # the roll-up
+
+
+def test_cached_exposition_equals_prometheus_client_rendering(monkeypatch) -> None:
+    """Oracle: prometheus-client's own encoders over the same registry, both formats, across changes."""
+    from prometheus_client import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    import exporters.collector as collector_module
+
+    rng = np.random.default_rng(31)
+    keys = grid_keys(SEGMENTS, SURFACES)
+    clock = ManualClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
+    state = MetricsState(wall_clock=lambda: 1_800_000_000.0)
+    registry = build_registry(state, event_clock=clock, wall_clock=lambda: 1_800_000_000.0)
+    assert registry.exposition is not None
+    renders = {"n": 0}
+    original = collector_module._ranking_families
+
+    def counting(snap):
+        renders["n"] += 1
+        return original(snap)
+
+    monkeypatch.setattr(collector_module, "_ranking_families", counting)
+    om_accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+
+    def check() -> None:
+        body, ctype = registry.exposition.render(None)
+        assert ctype.startswith("text/plain")
+        assert body == generate_latest(registry)
+        body, ctype = registry.exposition.render(om_accept)
+        assert ctype.startswith("application/openmetrics-text")
+        assert body == generate_openmetrics(registry)
+
+    check()
+    for minute in (0, 5):
+        state.publish_window(random_window(rng, keys, start=T0.replace(minute=minute)))
+        check()
+        state.set_consumer_lag({("impressions", 0): minute})  # health only: the ranking text is reused
+        before = renders["n"]
+        check()
+        assert renders["n"] - before == 2  # the two oracle renderings only, none by the cache
+
+
+def test_registering_another_collector_turns_the_cache_off(free_port) -> None:
+    from prometheus_client import Gauge
+
+    state = MetricsState()
+    registry = build_registry(state)
+    Gauge("other_metric", "another collector", registry=registry).set(3)
+    assert registry.exposition is None
+    server = MetricsServer(registry, port=free_port).start()
+    try:
+        series = parse_exposition(scrape(server.url))
+    finally:
+        server.stop()
+    assert one(series, "other_metric") == 3 and one(series, "rankwatch_build_info", version="0") == 1

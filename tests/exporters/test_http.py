@@ -157,3 +157,23 @@ def test_openmetrics_negotiation(free_port) -> None:
     assert families["rankwatch_ranking_metric"].type == "summary"
     assert families["rankwatch_events"].type == "counter"
     assert any(s.labels.get("metric") == "ndcg@10" for s in families["rankwatch_ranking_quality"].samples)
+
+
+def test_cached_metrics_gzip_and_name_filter(free_port) -> None:
+    import gzip
+
+    registry = build_registry(_state())
+    server = MetricsServer(registry, port=free_port).start()
+    try:
+        req = urllib.request.Request(server.url + "/metrics", headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.headers["Content-Encoding"] == "gzip"
+            text = gzip.decompress(resp.read()).decode()
+        assert text == scrape(server.url)  # same exposition with and without compression
+        # A name[] filter goes to prometheus-client's own app.
+        query = "/metrics?name[]=rankwatch_build_info"
+        with urllib.request.urlopen(server.url + query, timeout=10) as resp:
+            filtered = parse_exposition(resp.read().decode())
+        assert set(name for name, _ in filtered) == {"rankwatch_build_info"}
+    finally:
+        server.stop()
