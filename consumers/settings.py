@@ -18,7 +18,7 @@ PASSTHROUGH_OPTIONS = frozenset({
     "ssl_check_hostname", "ssl_ciphers", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
     "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "client_id", "request_timeout_ms",
     "connections_max_idle_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms", "retry_backoff_ms",
-    "metadata_max_age_ms", "api_version",
+    "metadata_max_age_ms", "api_version", "bootstrap_timeout_ms",
 })
 
 

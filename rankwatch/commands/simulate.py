@@ -105,7 +105,8 @@ def command(
         duplicate_rate=duplicate_rate, malformed_rate=malformed_rate, out_of_order_ms=int(out_of_order * 1000),
         attribution_window_ms=int(attribution_window * 1000),
     )
-    client = {"bootstrap_servers": [s.strip() for s in bootstrap_servers.split(",") if s.strip()]}
+    client = {"bootstrap_servers": [s.strip() for s in bootstrap_servers.split(",") if s.strip()],
+              "bootstrap_timeout_ms": 5000}
     topics = {"impressions": impressions_topic, "clicks": clicks_topic}
     try:
         if create_topics:

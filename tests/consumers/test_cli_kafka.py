@@ -1,0 +1,77 @@
+"""The command line against the real broker: simulate's keying and partitioning, run's co-partitioning check,
+and the checkpoint store's chunked round trip."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka_helpers import write_config
+
+from consumers.checkpoints import CHUNK_BYTES, CheckpointStore
+from consumers.producer import partition_of
+from consumers.topics import CHECKPOINT_TOPIC_CONFIG, ensure_topic
+from rankwatch.cli import main
+
+pytestmark = pytest.mark.kafka
+
+
+def test_simulate_keys_both_topics_by_request_id_on_the_same_partition(
+    kafka_broker: Any, unique: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["simulate", "--bootstrap-servers", kafka_broker.bootstrap, "--impressions-topic", f"{unique}-imp",
+               "--clicks-topic", f"{unique}-clk", "--create-topics", "--partitions", "3", "--fast", "--rate", "5",
+               "--duration", "40s", "--seed", "3", "--events-out", str(tmp_path / "ev"),
+               "--regression-segment", "new_user", "--regression-from", "20s", "--regression-drop", "0.5"])
+    assert rc == 0
+    assert "sent" in capsys.readouterr().err
+    for stream, topic in (("impressions", f"{unique}-imp"), ("clicks", f"{unique}-clk")):
+        consumer = KafkaConsumer(topic, bootstrap_servers=kafka_broker.bootstrap, auto_offset_reset="earliest",
+                                 enable_auto_commit=False, consumer_timeout_ms=4000)
+        records = list(consumer)
+        consumer.close()
+        lines = (tmp_path / "ev" / f"{stream}.jsonl").read_bytes().splitlines()
+        assert sorted(r.value for r in records) == sorted(lines)
+        for r in records:
+            rid = json.loads(r.value)["request_id"]
+            assert r.key == rid.encode() and r.partition == partition_of(r.key, 3)
+
+
+def test_run_refuses_topics_that_are_not_co_partitioned(
+    kafka_broker: Any, unique: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = {"bootstrap_servers": [kafka_broker.bootstrap]}
+    ensure_topic(client, f"{unique}-imp", partitions=2)
+    ensure_topic(client, f"{unique}-clk", partitions=3)
+    config = write_config(tmp_path / "run.toml", bootstrap=kafka_broker.bootstrap, prefix=unique)
+    assert main(["run", "--config", str(config)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not co-partitioned" in err and "2 partitions" in err
+
+
+def test_checkpoint_store_round_trips_large_snapshots_and_finds_orphans(kafka_broker: Any, unique: str) -> None:
+    client = {"bootstrap_servers": [kafka_broker.bootstrap]}
+    topic = f"{unique}.checkpoints"
+    ensure_topic(client, topic, partitions=2, config=CHECKPOINT_TOPIC_CONFIG)
+    producer = KafkaProducer(**client, acks="all", max_request_size=2 * 1024 * 1024)
+    store = CheckpointStore(producer, topic, client)
+    try:
+        big = os.urandom(2 * CHUNK_BYTES + 123)
+        first = store.write(1, big, impressions_offset=10, clicks_offset=20, previous=None)
+        assert first.chunks == 3
+        orphan = store.write(1, b"never committed", impressions_offset=11, clicks_offset=21, previous=first)
+        ckpt, orphans = store.read(1, first)
+        assert ckpt.snapshot == big and (ckpt.impressions_offset, ckpt.clicks_offset) == (10, 20)
+        assert ckpt.previous is None
+        assert [o.checkpoint_id for o in orphans] == [orphan.checkpoint_id]
+        second, _ = store.read(1, orphan)
+        assert second.snapshot == b"never committed" and second.previous == first
+        empty = store.write(0, b"", impressions_offset=0, clicks_offset=0, previous=None)
+        assert store.read(0, empty)[0].snapshot == b""
+    finally:
+        store.close()
+        producer.close()

@@ -1,0 +1,80 @@
+"""deploy/kafka/local.sh: fetch is idempotent, start/stop/status are idempotent and honest about state."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL_SH = ROOT / "deploy" / "kafka" / "local.sh"
+
+
+def _sh(*args: str, port: int | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if port is not None:
+        env.update(KAFKA_PORT=str(port), KAFKA_CONTROLLER_PORT=str(port + 1))
+    return subprocess.run([str(LOCAL_SH), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _free_port() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
+def test_usage_and_status_of_a_stopped_broker() -> None:
+    bad = _sh("bogus")
+    assert bad.returncode == 2 and "usage" in bad.stderr
+    port = _free_port()
+    status = _sh("status", port=port)
+    assert status.returncode == 3 and "stopped" in status.stdout
+    assert _sh("stop", port=port).returncode == 0  # stopping a stopped broker is fine
+
+
+@pytest.mark.kafka
+def test_fetch_start_stop_are_idempotent_and_the_broker_serves_clients() -> None:
+    first = _sh("fetch", timeout=600)
+    assert first.returncode == 0, first.stderr
+    started = time.monotonic()
+    again = _sh("fetch")
+    assert again.returncode == 0 and "present" in again.stdout and time.monotonic() - started < 5
+    port = _free_port()
+    try:
+        up = _sh("start", port=port)
+        assert up.returncode == 0, up.stderr
+        assert f"running on 127.0.0.1:{port}" in up.stdout
+        assert "already running" in _sh("start", port=port).stdout
+        assert _sh("status", port=port).returncode == 0
+        # It is a real broker: a client creates a topic, produces and reads a record back.
+        from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+        from kafka.admin import NewTopic
+
+        boot = f"127.0.0.1:{port}"
+        admin = KafkaAdminClient(bootstrap_servers=boot)
+        admin.create_topics([NewTopic("local-sh-check", 1, 1)])
+        admin.close()
+        producer = KafkaProducer(bootstrap_servers=boot)
+        producer.send("local-sh-check", b"hello").get(timeout=30)
+        producer.close()
+        consumer = KafkaConsumer("local-sh-check", bootstrap_servers=boot, auto_offset_reset="earliest",
+                                 consumer_timeout_ms=10_000)
+        assert [r.value for r in consumer] == [b"hello"]
+        consumer.close()
+        assert (ROOT / "deploy" / "kafka" / "run" / str(port) / "server.log").stat().st_size > 0
+        down = _sh("stop", port=port)
+        assert down.returncode == 0 and "stopped" in down.stdout
+        assert _sh("status", port=port).returncode == 3
+    finally:
+        _sh("clean", port=port)

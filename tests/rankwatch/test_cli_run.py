@@ -1,0 +1,70 @@
+"""``rankwatch run``: configuration errors are one line naming the key, before any Kafka connection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rankwatch.cli import main
+from rankwatch.config import config_from_dict, load_config
+
+
+def _run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    rc = main(["run", "--config", str(cfg)])
+    err = capsys.readouterr().err
+    return rc, err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[windows]\nattribution = '30x'\n", "windows.attribution: not a duration"),
+        ("[windows]\nsizes = ['5m', '300s']\n", "windows.sizes: window sizes must be distinct"),
+        ("[kafka]\nbootstrap_servers = [1]\n", "kafka.bootstrap_servers"),
+        ("[kafka]\ngroupid = 'x'\n", "kafka.groupid: unknown key"),
+        ("[kafka.security]\nsasl_password_typo = 'x'\n", "kafka.security.sasl_password_typo"),
+        ("[kafka]\nauto_offset_reset = 'middle'\n", "kafka.auto_offset_reset"),
+        ("[kafka]\nmax_poll_records = 0\n", "kafka.max_poll_records: must be >= 1"),
+        ("[topics]\nimpressions = 'x'\nclicks = 'x'\n", "topics.clicks: must differ"),
+        ("[slices]\nby = ['colour']\n", "slices.by: cannot slice by 'colour'"),
+        ("[metrics]\ngain = 'cubic'\n", "metrics.gain"),
+        ("[exporter]\nport = 70000\n", "exporter.port: not a TCP port"),
+        ("[actions]\nclick = -1\n", "actions.click"),
+        ("[limits]\nmax_pending_requests = true\n", "limits.max_pending_requests: expected int"),
+        ("[nonsense]\n", "unknown table [nonsense]"),
+        ("not toml = = =\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_fails_with_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       text: str, needle: str) -> None:
+    rc, err = _run(tmp_path, text, capsys)
+    assert rc != 0
+    assert err.count("\n") == 1 and err.startswith("rankwatch: error: "), err
+    assert needle in err
+
+
+def test_missing_config_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--config", str(tmp_path / "nope.toml")]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such config file" in err
+
+
+def test_example_config_loads_and_passes_security_settings_through() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "rankwatch.toml"
+    cfg = load_config(example)
+    assert cfg.kafka.impressions_topic == "impressions" and cfg.stream.windows == ("5m", "1h")
+    secure = config_from_dict({"kafka": {"security": {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                                                      "sasl_plain_username": "u", "sasl_plain_password": "p"}}})
+    kwargs = secure.kafka.client_kwargs()
+    assert kwargs["security_protocol"] == "SASL_SSL" and kwargs["sasl_plain_password"] == "p"
+
+
+def test_defaults_match_the_spec() -> None:
+    cfg = config_from_dict({})
+    assert cfg.stream.windows == ("5m", "1h") and cfg.stream.attribution_window_ms == 30 * 60_000
+    assert cfg.kafka.group_id == "rankwatch" and cfg.kafka.checkpoints == "rankwatch.checkpoints"
+    assert cfg.kafka.dead_letters == "rankwatch.dead-letters"
+    assert (cfg.exporter.host, cfg.exporter.port) == ("127.0.0.1", 9108)
