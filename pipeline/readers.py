@@ -190,7 +190,7 @@ def validate_evaluation_frame(
 # -- readers --------------------------------------------------------------------------------------------
 def _read_csv(path: Path, name: str, skip_invalid: bool) -> tuple[pd.DataFrame, IntArray | None, dict[str, int]]:
     # Everything as text first: numbers are converted (and their failures located) in _validate.
-    options: dict[str, Any] = {"dtype": str, "keep_default_na": False, "na_values": []}
+    options: dict[str, Any] = {"dtype": str, "keep_default_na": False, "na_values": [], "encoding": "utf-8-sig"}
     try:
         if not skip_invalid:
             return pd.read_csv(path, **options), None, {}
@@ -355,7 +355,25 @@ def _check_subset(
 
 
 def _id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
-    """Codes of an id column with ids compared as text (``7`` and ``"7"`` are one id); blank is missing."""
+    """Codes of an id column with ids compared as text (``7`` and ``"7"`` are one id); blank is missing.
+
+    Codes number the ids by first appearance. Evaluation sets are usually grouped by request: then the
+    runs of equal adjacent ids are the requests, and only the first id of each run needs hashing (to
+    prove that no id comes back later), a tenth of the work of factorising every row.
+    """
+    typed = column.dtype != object and (
+        pd.api.types.is_string_dtype(column.dtype) or pd.api.types.is_integer_dtype(column.dtype)
+    )
+    if typed and len(column) > 1 and not column.hasnans:
+        run_start = np.empty(len(column), dtype=bool)
+        run_start[0] = True
+        run_start[1:] = _differs_from_previous(column)
+        starts = np.flatnonzero(run_start)
+        _, run_ids = pd.factorize(column.iloc[starts])
+        if len(run_ids) == starts.size:  # every id is one contiguous run
+            codes = np.cumsum(run_start, dtype=np.int64) - 1
+            blank_runs = _blank_ids(run_ids)
+            return codes, (~np.isin(codes, blank_runs) if blank_runs.size else np.ones(codes.size, dtype=bool))
     codes, uniques = pd.factorize(column)
     codes = codes.astype(np.int64, copy=False)
     if uniques.dtype == object:
@@ -365,11 +383,18 @@ def _id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
         codes = np.append(norm_codes, -1).astype(np.int64)[codes]  # index -1 (missing) stays -1
         uniques = pd.Index(norm_uniques)
     ok = codes >= 0
-    if pd.api.types.is_string_dtype(uniques.dtype):
-        blank = np.flatnonzero((pd.Series(uniques).str.strip() == "").to_numpy(dtype=bool, na_value=True))
-        if blank.size:
-            ok &= ~np.isin(codes, blank)
+    blank = _blank_ids(uniques)
+    if blank.size:
+        ok &= ~np.isin(codes, blank)
     return codes, ok
+
+
+def _blank_ids(uniques: Any) -> IntArray:
+    """Indices of empty or whitespace-only ids among distinct ids."""
+    if not pd.api.types.is_string_dtype(uniques.dtype):
+        return np.empty(0, dtype=np.int64)
+    blank = (pd.Series(uniques).str.strip() == "").to_numpy(dtype=bool, na_value=True)
+    return np.flatnonzero(blank).astype(np.int64)
 
 
 def _missing_text(column: pd.Series) -> npt.NDArray[np.bool_]:
@@ -397,10 +422,24 @@ def _numbers(column: pd.Series) -> npt.NDArray[np.float64]:
     if pd.api.types.is_numeric_dtype(column.dtype):
         return column.to_numpy(dtype=np.float64, na_value=np.nan)
     if column.dtype == object:  # JSONL values, or files of different column types concatenated
-        values = column.map(lambda v: np.nan if isinstance(v, bool) else v.strip() if isinstance(v, str) else v)
-    else:
-        values = column.str.strip()
-    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        return np.fromiter((_to_float(v) for v in column), dtype=np.float64, count=len(column))
+    if not pd.api.types.is_string_dtype(column.dtype):
+        return np.full(len(column), np.nan)  # dates, categories of non-numbers, ...: not numbers
+    return pd.to_numeric(column.str.strip(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _to_float(value: Any) -> float:
+    """A JSON number or numeric text as float; NaN for anything else (booleans, objects, lists, null)."""
+    if isinstance(value, bool):
+        return np.nan
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return np.nan
+    return np.nan
 
 
 def _number_problem(name: str, column: pd.Series, row: int, must_be: str = "") -> str:

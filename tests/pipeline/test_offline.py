@@ -352,3 +352,27 @@ def test_unreadable_baseline_files(tmp_path: Path) -> None:
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(ValueError, match="not a JSON object"):
         load_baseline(tmp_path / "list.json")
+
+
+def test_byte_order_mark_and_non_numbers_of_other_types(tmp_path: Path) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufeffrequest_id,item_id,score,label\nr1,a,0.5,1\n".encode())
+    assert read_evaluation_files([path]).rows == 1
+    frame = pd.DataFrame({"request_id": ["a", "a"], "item_id": ["x", "y"], "label": [1, 0],
+                          "score": pd.Series([{"v": 1}, " 0.5 "], dtype=object)})  # fmt: skip
+    with pytest.raises(InvalidEvaluationData, match=r"row 1: score is not a number: \{'v': 1\}"):
+        compute_baseline(frame)
+    frame["score"] = pd.to_datetime(["2020-01-01", "2020-01-02"])
+    with pytest.raises(InvalidEvaluationData, match="row 1: score is not a number"):
+        compute_baseline(frame)
+
+
+@pytest.mark.parametrize("dtype", ["str", "int64", "object"])
+def test_a_request_id_that_comes_back_later_is_one_request(dtype: str) -> None:
+    ids = pd.Series([1, 1, 2, 2, 1], dtype=dtype) if dtype == "int64" else pd.Series(["1", "1", "2", "2", "1"], dtype=dtype)
+    frame = pd.DataFrame({"request_id": ids, "item_id": list("abcde"), "score": [0.5, 0.4, 0.3, 0.2, 0.9],
+                          "label": [0, 0, 1, 0, 1]})  # fmt: skip
+    result = compute_baseline(frame)
+    assert result.overall.requests == 2 and result.overall.values()["mrr"] == 1.0
+    grouped = compute_baseline(frame.iloc[[0, 1, 4, 2, 3]])
+    assert grouped.document() == result.document()
