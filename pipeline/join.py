@@ -227,23 +227,25 @@ class PendingRequests:
     def finalize(self, slots: list[int]) -> FinalizedBatch:
         """Remove ``slots`` and return their flat, labelled lists."""
         att = self.attribution_window_ms
+        records, counts, feedback, ts, rids = self.record, self.count, self.feedback, self.ts, self.rid
+        index, free = self.index, self.free
         lengths: list[int] = []
         score_parts: list[memoryview] = []
         request_ids: list[str] = []
+        ts_list: list[int] = []
         labelled: list[tuple[int, list[float]]] = []  # (request number, labels) for requests with feedback
         accepted = late = detached = 0
         for j, s in enumerate(slots):
-            rec = self.record[s]
+            rec = records[s]
             assert rec is not None
-            n = self.count[s]
-            fb = self.feedback[s]
+            n = counts[s]
+            rts = ts[s]
+            fb = feedback[s]
             if fb is not None:
                 ids = rec[8 * n :].decode().split(SEP)
-                rts = self.ts[s]
                 grades = [0.0] * n
                 for item, grade, fts, counted in fb:
-                    inside = rts <= fts <= rts + att
-                    if not inside:
+                    if not rts <= fts <= rts + att:
                         if counted:
                             detached += 1
                         else:
@@ -260,32 +262,28 @@ class PendingRequests:
                         if grade > grades[i]:
                             grades[i] = float(grade)
                 labelled.append((j, grades))
+                feedback[s] = None
             lengths.append(n)
             score_parts.append(memoryview(rec)[: 8 * n])
-            request_ids.append(self.rid[s])  # type: ignore[arg-type]
-        ts_arr = np.array([self.ts[s] for s in slots], dtype=np.int64)
+            ts_list.append(rts)
+            rid = rids[s]
+            request_ids.append(rid)  # type: ignore[arg-type]
+            # release the slot
+            del index[rid]  # type: ignore[arg-type]
+            rids[s] = None
+            records[s] = None
+            self.positions[s] = None
+            free.append(s)
         combo_arr = np.array([self.combo[s] for s in slots], dtype=np.int64)
-        for s in slots:
-            self._release(s)
+        self.n_items -= sum(lengths)
         offsets = np.zeros(len(slots) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         scores = np.frombuffer(b"".join(score_parts), dtype="<f8").astype(np.float64)
         labels = np.zeros(scores.size, dtype=np.float64)
         for j, grades in labelled:
             labels[offsets[j] : offsets[j + 1]] = grades
-        return FinalizedBatch(request_ids, ts_arr, combo_arr, labels, scores, offsets, accepted, late, detached)
-
-    def _release(self, s: int) -> None:
-        rid = self.rid[s]
-        assert rid is not None
-        del self.index[rid]
-        self.n_items -= self.count[s]
-        self.rid[s] = None
-        self.record[s] = None
-        self.count[s] = 0
-        self.positions[s] = None
-        self.feedback[s] = None
-        self.free.append(s)
+        return FinalizedBatch(request_ids, np.array(ts_list, dtype=np.int64), combo_arr, labels, scores, offsets,
+                              accepted, late, detached)
 
     # -- snapshot --------------------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:

@@ -18,7 +18,8 @@ Event outcomes (``stats().outcomes[stream][outcome]``), each event counted exact
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -157,6 +158,11 @@ class StreamProcessor:
         )
         self._capper = LabelCapper(cfg.slice_spec.max_values_per_label)
         self._by = cfg.slice_spec.by
+        # The raw slice-label values of an impression as a tuple, in one C call.
+        self._labels_of: Callable[[Impression], tuple[str, ...]] = (
+            operator.attrgetter(*self._by) if len(self._by) > 1
+            else (lambda imp: tuple(getattr(imp, lbl) for lbl in self._by))
+        )
         self._combo_ids: dict[tuple[str, ...], int] = {}
         self._combo_keys: list[SliceKey] = []
         self._combo_cache: dict[tuple[str, ...], int] = {}  # raw values that needed no folding -> combo
@@ -181,7 +187,7 @@ class StreamProcessor:
         self._seen.add(imp.event_id, self._wm_step or 0)
         rid = imp.request_id
         ws = self._wm_step
-        if (ws is not None and imp.ts_ms + self._attr < ws) or rid in self._finalized:
+        if (ws is not None and imp.ts_ms + self._attr < ws) or rid in self._finalized.ids:
             self._imp["late"] += 1
             return out
         pending = self._pending
@@ -214,7 +220,7 @@ class StreamProcessor:
         slot = self._pending.index.get(fb.request_id)
         if slot is not None:
             self._attach(slot, feedback_entry(fb, False))
-        elif fb.request_id in self._finalized:
+        elif fb.request_id in self._finalized.ids:
             self._clk["late"] += 1
         elif self._wm_step is not None and fb.ts_ms + self._attr < self._wm_step:
             self._clk["orphan"] += 1  # no impression that is not late could still claim it
@@ -265,7 +271,7 @@ class StreamProcessor:
             self.dead_letters.send(DeadLetter(stream, raw, rejection.reason, rejection.detail, source))
 
     def _combo(self, imp: Impression) -> int:
-        raw = tuple([imp.label(lbl) for lbl in self._by])
+        raw = self._labels_of(imp)
         combo = self._combo_cache.get(raw)
         if combo is not None:
             return combo
