@@ -200,8 +200,10 @@ def _histogram(scores: FloatArray, relevant: npt.NDArray[np.bool_]) -> ScoreHist
     new_value[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new_value[1:])
     starts = np.flatnonzero(new_value)
-    distinct = ordered[starts]
-    count = np.diff(np.append(starts, ordered.size)).astype(np.int64)
+    if starts.size == ordered.size:  # no ties at all: skip the gathers
+        distinct, count = ordered, np.ones(ordered.size, dtype=np.int64)
+    else:
+        distinct, count = ordered[starts], np.diff(starts, append=ordered.size).astype(np.int64)
     # Positives are usually the minority: search their scores among the distinct ones and count.
     pos_bin = np.searchsorted(distinct, np.sort(scores[relevant]))
     pos = np.bincount(pos_bin, minlength=distinct.size).astype(np.int64)

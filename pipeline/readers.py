@@ -324,10 +324,11 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
         codes = codes[in_keep]
     # A shallow copy when every row is valid: the caller's frame is never modified (copy on write).
     out = frame.copy(deep=False) if final.size == n else frame.iloc[final].reset_index(drop=True)
-    out["score"] = score[final]
-    out["label"] = label[final]
+    every = final.size == n
+    out["score"] = score if every else score[final]
+    out["label"] = label if every else label[final]
     if position is not None:
-        out["position"] = position[final].astype(np.int64)
+        out["position"] = (position if every else position[final]).astype(np.int64)
     n_requests = int(codes.max()) + 1 if codes.size else 0
     for name, lab in labels.items():
         labels[name] = RequestLabels(lab.codes[:n_requests], lab.values)
