@@ -149,10 +149,10 @@ class PendingRequests:
         ids, scores, positions = imp.item_ids, imp.scores, imp.positions
         pos_col: array[int] | None = None
         if positions != self._seq[n]:
-            order = sorted(range(n), key=positions.__getitem__)
-            ids = tuple(ids[i] for i in order)
-            scores = tuple(scores[i] for i in order)
-            pos_col = array("i", [positions[i] for i in order])
+            # Positions are distinct (validated), so tuples sort by position alone.
+            positions, ids, scores = zip(*sorted(zip(positions, ids, scores, strict=True)), strict=True)  # type: ignore[assignment]
+            if positions != self._seq[n]:
+                pos_col = array("i", positions)
         packed = _pack_scores(scores) + SEP.join(ids).encode()
         if self.free:
             slot = self.free.pop()

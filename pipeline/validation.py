@@ -165,7 +165,9 @@ def decode_impression(
     wire = _decode(_IMPRESSION_DECODER, raw, max_event_bytes)
     if type(wire) is not _WireImpression:
         return wire  # type: ignore[return-value]
-    if "\x00" in wire.event_id or "\x00" in wire.request_id:
+    # JSON strings can only hold NUL escaped, so without "\u0000" in the bytes no id contains one.
+    nul = b"\\u0000" in raw
+    if nul and ("\x00" in wire.event_id or "\x00" in wire.request_id):
         return Rejection(RejectReason.bad_id, "event_id/request_id contains NUL")
     ts: Any = wire.ts
     if type(ts) is not int or not 0 <= ts <= MAX_TS_MS:
@@ -186,14 +188,14 @@ def decode_impression(
         scores = tuple([it.score for it in items])
         if len(set(positions)) != n:
             return Rejection(RejectReason.duplicate_position, "two items at one position")
-        if "\x00".join(item_ids).count("\x00") != n - 1:
+        if nul and "\x00".join(item_ids).count("\x00") != n - 1:
             return Rejection(RejectReason.bad_id, "item_id contains NUL")
         item_form = False
     else:
         if wire.item_id is None or wire.position is None or wire.score is None:
             missing = next(f for f in ("item_id", "position", "score") if getattr(wire, f) is None)
             return Rejection(RejectReason.missing_field, f"Object missing required field `{missing}` (or items)")
-        if "\x00" in wire.item_id:
+        if nul and "\x00" in wire.item_id:
             return Rejection(RejectReason.bad_id, "item_id contains NUL")
         item_ids, positions, scores = (wire.item_id,), (wire.position,), (wire.score,)
         item_form = True
@@ -215,7 +217,7 @@ def decode_feedback(
     wire = _decode(_FEEDBACK_DECODER, raw, max_event_bytes)
     if type(wire) is not _WireFeedback:
         return wire  # type: ignore[return-value]
-    if "\x00" in wire.event_id or "\x00" in wire.request_id or "\x00" in wire.item_id:
+    if b"\\u0000" in raw and ("\x00" in wire.event_id or "\x00" in wire.request_id or "\x00" in wire.item_id):
         return Rejection(RejectReason.bad_id, "id contains NUL")
     ts: Any = wire.ts
     if type(ts) is not int or not 0 <= ts <= MAX_TS_MS:
