@@ -75,11 +75,11 @@ def command(
     readers = [_LineReader(p, "impressions") for p in imp_paths] + [_LineReader(p, "clicks") for p in clk_paths]
     total = sum(r.size for r in readers)
     try:
-        with _progress(total) as advance:
+        with _progress(total, lambda: sum(r.position() for r in readers)) as advance:
             for stream, raw, ref in _merged(readers, proc, emit, SourceRef):
                 fn = proc.process_impression if stream == "impressions" else proc.process_feedback
                 emit(fn(raw, source=ref))
-                advance(sum(r.position() for r in readers))
+                advance()
         emit(proc.flush())
     finally:
         if out_file is not None:
@@ -176,13 +176,14 @@ def _merged(readers: list[_LineReader], proc: Any, emit: Any, source_ref: Any) -
 class _progress:
     """A rich progress bar over input bytes, only when stderr is a terminal."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, done: Any) -> None:
         self.total = total
+        self.done = done
         self._bar: Any = None
 
     def __enter__(self) -> Any:
         if not sys.stderr.isatty():
-            return lambda done: None
+            return lambda: None
         from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
@@ -192,10 +193,10 @@ class _progress:
         task = self._bar.add_task("replay", total=self.total)
         counter = [0]
 
-        def advance(done: int) -> None:
+        def advance() -> None:
             counter[0] += 1
             if counter[0] % 2048 == 0:
-                self._bar.update(task, completed=done)
+                self._bar.update(task, completed=self.done())
 
         return advance
 
