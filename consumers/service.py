@@ -186,8 +186,10 @@ class ConsumerService:
         ends = confirmed or {}
 
         def is_confirmed(tp: Any) -> bool:
-            assert self._consumer is not None
-            return tp in ends and (self._consumer.position(tp) or 0) >= ends[tp]
+            consumer = self._consumer
+            assert consumer is not None
+            # highwater first: once a fetch answered, position() is known and does not block
+            return tp in ends and consumer.highwater(tp) is not None and (consumer.position(tp) or 0) >= ends[tp]
 
         for pair in list(self._pairs.values()):
             pair.unconfirmed.clear()
@@ -250,15 +252,27 @@ class ConsumerService:
                     self._publish(pair.processor.tick())
 
     # -- checkpoints -----------------------------------------------------------------------------------
-    def _resolved_offset(self, pair: PartitionPair, tp: Any) -> int:
+    def _resolved_offset(self, pair: PartitionPair, tp: Any) -> int | None:
+        """Next offset to read of ``tp`` as of the state: after the last record fed, else where reading starts.
+
+        None when that is not known without asking the broker (nothing fetched yet): never block here, this
+        runs under the pair lock and in the rebalance listener on the consumer's I/O thread.
+        """
         off = pair.next_offset.get(tp)
         if off is not None:
             return off
         buf = pair.buffers[tp]
         if buf:
             return int(buf[0].offset)
-        assert self._consumer is not None
-        return int(self._consumer.position(tp))
+        consumer = self._consumer
+        assert consumer is not None
+        try:
+            if consumer.highwater(tp) is None:
+                return None  # no fetch response yet, so the position may still be being reset
+            position = consumer.position(tp)
+        except Exception:  # noqa: BLE001 - not assigned any more, or would block
+            return None
+        return None if position is None else int(position)
 
     def checkpoint(self, partitions: Iterable[int], *, in_listener: bool = False) -> dict[Any, OffsetAndMetadata]:
         """Write checkpoints of ``partitions`` and (outside the rebalance listener) commit them.
@@ -276,6 +290,8 @@ class ConsumerService:
                     continue
                 imp_off = self._resolved_offset(pair, pair.impressions_tp)
                 clk_off = self._resolved_offset(pair, pair.clicks_tp)
+                if imp_off is None or clk_off is None:
+                    continue  # nothing fed yet from a partition whose start is unknown: nothing to save
                 snapshot = pair.processor.snapshot()
                 fed = pair.fed_since_checkpoint
             try:
