@@ -110,13 +110,8 @@ def compute_baseline(
     options = options or MetricOptions()
     slice_spec = slice_spec or SliceSpec()
     evalset = data if isinstance(data, EvaluationSet) else validate_evaluation_frame(data, skip_invalid=skip_invalid)
-    frame = evalset.frame
-    codes = evalset.request_codes
-    scores = frame["score"].to_numpy(dtype=np.float64)
-    labels = frame["label"].to_numpy(dtype=np.float64)
-
-    position = frame["position"].to_numpy(dtype=np.int64) if evalset.has_position else None
-    ranked = rank_order(codes, position=position, scores=scores)
+    codes, scores, labels = evalset.request_codes, evalset.scores, evalset.relevance
+    ranked = rank_order(codes, position=evalset.positions, scores=scores)
     lengths = np.bincount(codes, minlength=evalset.n_requests)
     ranked_labels, ranked_scores = labels[ranked], scores[ranked]
     metrics = per_request_metrics(ranked_labels, offsets_from_lengths(lengths), options)

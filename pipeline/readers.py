@@ -60,12 +60,16 @@ class RequestLabels:
 class EvaluationSet:
     """A validated evaluation set, ready for :func:`pipeline.offline.compute_baseline`.
 
-    ``frame`` holds the valid rows (columns ``request_id``, ``item_id``, ``score`` and ``label`` as
-    float64, ``position`` as int64 if present); ``request_codes[i]`` numbers the request of row ``i`` in
-    order of first appearance; ``labels`` has the slice label of every request, ``"unknown"`` where absent.
+    ``frame`` holds the valid rows as read; ``scores``, ``relevance`` (the labels) and ``positions``
+    (None without a position column) are their parsed values; ``request_codes[i]`` numbers the request of
+    row ``i`` in order of first appearance; ``labels`` has the slice label of every request, ``"unknown"``
+    where absent.
     """
 
     frame: pd.DataFrame
+    scores: npt.NDArray[np.float64]
+    relevance: npt.NDArray[np.float64]
+    positions: IntArray | None
     request_codes: IntArray
     n_requests: int
     labels: dict[str, RequestLabels]
@@ -76,11 +80,11 @@ class EvaluationSet:
     @property
     def rows(self) -> int:
         """Rows that go into the baseline (skipped rows excluded)."""
-        return len(self.frame)
+        return int(self.scores.size)
 
     @property
     def has_position(self) -> bool:
-        return "position" in self.frame.columns
+        return self.positions is not None
 
 
 @dataclass
@@ -271,7 +275,8 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
     score = _numbers(frame["score"])
     _check(rej, valid, ~np.isfinite(score), "bad_score", lambda i: _number_problem("score", frame["score"], i))
     label = _numbers(frame["label"])
-    bad_label = ~np.isfinite(label) | (np.nan_to_num(label, nan=0.0) < 0)
+    with np.errstate(invalid="ignore"):
+        bad_label = ~((label >= 0) & (label < np.inf))  # NaN fails both comparisons
     _check(rej, valid, bad_label, "bad_label", lambda i: _number_problem("label", frame["label"], i, ">= 0"))
     position: npt.NDArray[np.float64] | None = None
     if "position" in frame.columns:
@@ -283,25 +288,26 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
             lambda i: _number_problem("position", frame["position"], i, "an integer >= 1"),
         )  # fmt: skip
 
-    # Requests are renumbered over the rows still valid so that codes follow first appearance.
-    keep = np.flatnonzero(valid)
-    codes = req_codes if keep.size == n else _renumber(req_codes[keep])
+    # Requests are renumbered over the rows still valid so that codes follow first appearance. ``keep``
+    # selects those rows (a slice, i.e. no copy, in the usual case where all are valid).
+    all_valid = bool(valid.all())
+    keep: Any = slice(None) if all_valid else np.flatnonzero(valid)
+    codes = req_codes if all_valid else _renumber(req_codes[keep])
     if position is not None:
-        pos_keep = position[keep].astype(np.int64)
-        dup = _duplicate_positions(codes, pos_keep)
-        rows_of = keep
+        dup = _duplicate_positions(codes, position[keep].astype(np.int64))
         _check_subset(
-            rej, valid, rows_of, dup, "duplicate_position",
+            rej, valid, keep, dup, "duplicate_position",
             lambda i: f"position {int(position[i])} appears twice in request {frame['request_id'].iloc[i]!r}",
         )  # fmt: skip
     labels: dict[str, RequestLabels] = {}
     first = first_rows(codes)
-    grouped = bool(np.all(codes[1:] >= codes[:-1]))
+    same_request = codes[1:] == codes[:-1]
+    grouped = first.size == codes.size - int(np.count_nonzero(same_request))  # one run per request
     for label_name in SLICE_LABELS:
         if label_name not in frame.columns:
             continue
-        column = frame[label_name] if keep.size == n else frame[label_name].iloc[keep]
-        if grouped and not np.any(_differs_from_previous(column) & (codes[1:] == codes[:-1])):
+        column = frame[label_name].iloc[keep]
+        if grouped and not np.any(_differs_from_previous(column) & same_request):
             # Rows arrive grouped by request and every request is uniform: read the first rows only.
             first_codes, values = _label_codes(column.iloc[first])
             labels[label_name] = RequestLabels(first_codes, values)
@@ -318,26 +324,29 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
         )  # fmt: skip
         labels[label_name] = RequestLabels(per_row[first], values)
 
-    final = np.flatnonzero(valid)
-    if final.size != keep.size:  # cross-row checks dropped rows; requests keep their first row, so
-        in_keep = np.isin(keep, final, assume_unique=True)  # codes stay dense and first-appearance ordered
-        codes = codes[in_keep]
-    # A shallow copy when every row is valid: the caller's frame is never modified (copy on write).
-    out = frame.copy(deep=False) if final.size == n else frame.iloc[final].reset_index(drop=True)
-    every = final.size == n
-    out["score"] = score if every else score[final]
-    out["label"] = label if every else label[final]
-    if position is not None:
-        out["position"] = (position if every else position[final]).astype(np.int64)
-    n_requests = int(codes.max()) + 1 if codes.size else 0
-    for name, lab in labels.items():
-        labels[name] = RequestLabels(lab.codes[:n_requests], lab.values)
+    n_valid = int(np.count_nonzero(valid))
+    if n_valid != codes.size:  # cross-row checks dropped rows; requests keep their first row, so
+        codes = codes[valid[keep]]  # codes stay dense and first-appearance ordered
+    final: Any = slice(None) if n_valid == n else np.flatnonzero(valid)
     skipped = int(sum(rej.counts.values()))
-    if out.empty:
+    if n_valid == 0:
         raise InvalidEvaluationData(
             "no valid rows in the input" + (f" ({skipped} rows skipped as invalid)" if skipped else "")
         )
-    return EvaluationSet(out, codes, n_requests, labels, skipped_rows=skipped, skipped_by_reason=dict(rej.counts))
+    # A shallow copy when every row is valid: the caller's frame is never modified (copy on write).
+    out = frame.copy(deep=False) if n_valid == n else frame.iloc[final].reset_index(drop=True)
+    n_requests = int(codes.max()) + 1
+    return EvaluationSet(
+        frame=out,
+        scores=score[final],
+        relevance=label[final],
+        positions=None if position is None else position[final].astype(np.int64),
+        request_codes=codes,
+        n_requests=n_requests,
+        labels={name: RequestLabels(lab.codes[:n_requests], lab.values) for name, lab in labels.items()},
+        skipped_rows=skipped,
+        skipped_by_reason=dict(rej.counts),
+    )
 
 
 def _check(rej: _Rejections, valid: npt.NDArray[np.bool_], bad: Any, reason: str, explain: Any) -> None:
@@ -348,8 +357,11 @@ def _check(rej: _Rejections, valid: npt.NDArray[np.bool_], bad: Any, reason: str
 
 
 def _check_subset(
-    rej: _Rejections, valid: npt.NDArray[np.bool_], rows: IntArray, bad_sub: Any, reason: str, explain: Any
+    rej: _Rejections, valid: npt.NDArray[np.bool_], rows: Any, bad_sub: Any, reason: str, explain: Any
 ) -> None:
+    if isinstance(rows, slice):  # every row: the subset is the whole frame
+        _check(rej, valid, bad_sub, reason, explain)
+        return
     bad = np.zeros(valid.size, dtype=bool)
     bad[rows[np.asarray(bad_sub, dtype=bool)]] = True
     _check(rej, valid, bad, reason, explain)
@@ -474,6 +486,12 @@ def first_rows(codes: IntArray) -> IntArray:
     """Row index of each code's first appearance, for codes numbered by first appearance."""
     if codes.size == 0:
         return np.empty(0, dtype=np.int64)
+    new_run = np.empty(codes.size, dtype=bool)
+    new_run[0] = True
+    np.not_equal(codes[1:], codes[:-1], out=new_run[1:])
+    starts = np.flatnonzero(new_run)
+    if starts.size == int(codes[-1]) + 1 and codes[-1] == codes.max():  # grouped: every run is a new code
+        return starts.astype(np.int64)
     prev_max = np.maximum.accumulate(np.concatenate(([-1], codes[:-1])))
     return np.flatnonzero(codes > prev_max).astype(np.int64)
 
