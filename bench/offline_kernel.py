@@ -17,8 +17,9 @@ Three comparisons on one synthetic evaluation set (string request ids, graded la
    for all 50 slices against scikit-learn's ``roc_auc_score`` + ``average_precision_score`` per slice.
    Values must agree to 1e-9. Goal: >= 1.5x scikit-learn.
 
-Every figure is the median of ``--repeat`` runs; ratios are "reference time / rankwatch time" (higher is
-better for rankwatch). Values are cross-checked before timing so that a fast wrong answer cannot pass.
+Every figure is the median of ``--repeat`` runs, rankwatch and its reference alternating (after one untimed
+warm-up each) so that other load on a shared machine affects both sides alike; ratios are "reference time
+/ rankwatch time" (higher is better for rankwatch). Values are cross-checked, so a fast wrong answer fails.
 """
 
 from __future__ import annotations
@@ -66,13 +67,23 @@ def make_frame(n_requests: int, n_items: int, seed: int = 7) -> pd.DataFrame:
     )
 
 
-def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    times, out = [], None
+def paired_times(ours: Callable[[], Any], reference: Callable[[], Any], repeat: int) -> tuple[float, Any, float, Any]:
+    """Median times of two functions run alternately, so that load from other processes on a shared
+    machine hits both sides alike (one warm-up call each is not timed)."""
+    ours(), reference()
+    t_ours: list[float] = []
+    t_ref: list[float] = []
+    out_ours = out_ref = None
     for _ in range(repeat):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
+        for fn, times in ((ours, t_ours), (reference, t_ref)):
+            start = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - start)
+            if fn is ours:
+                out_ours = out
+            else:
+                out_ref = out
+    return statistics.median(t_ours), out_ours, statistics.median(t_ref), out_ref
 
 
 def pytrec_end_to_end(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -132,8 +143,9 @@ def main() -> None:
     print(f"# {n_req:,} requests x {n_items} items = {len(frame):,} rows, 50 slices, median of {repeat} runs")
 
     # 1. End to end from the DataFrame.
-    t_ours, result = median_time(lambda: compute_baseline(frame, options=options), repeat)
-    t_trec, trec = median_time(lambda: pytrec_end_to_end(frame), max(1, min(repeat, 3)))
+    t_ours, result, t_trec, trec = paired_times(
+        lambda: compute_baseline(frame, options=options), lambda: pytrec_end_to_end(frame), repeat
+    )
     for ours_name, trec_name in (("mrr", "recip_rank"), ("map@10", "map_cut_10")):
         vals = np.array([q[trec_name] for q in trec.values()])
         n_rel = result.overall.requests_with_relevant
@@ -155,8 +167,9 @@ def main() -> None:
     order2d = np.argsort(-scores2d, axis=1, kind="stable")
     ranked2d = np.ascontiguousarray(np.take_along_axis(labels2d, order2d, axis=1))
     flat, offsets = ranked2d.ravel(), offsets_from_lengths(np.full(n_req, n_items))
-    t_kernel, ours = median_time(lambda: per_request_metrics(flat, offsets, options), repeat)
-    t_ref, ref = median_time(lambda: numpy_reference(ranked2d), repeat)
+    t_kernel, ours, t_ref, ref = paired_times(
+        lambda: per_request_metrics(flat, offsets, options), lambda: numpy_reference(ranked2d), repeat
+    )
     for name, values in ref.items():
         assert np.allclose(values, ours.values[name], rtol=0, atol=1e-9, equal_nan=True), name
     print(
@@ -174,8 +187,7 @@ def main() -> None:
         o = np.argsort(-scores2d, axis=1, kind="stable")
         return numpy_reference(np.take_along_axis(labels2d, o, axis=1))
 
-    t_ko, _ = median_time(ours_with_order, repeat)
-    t_ro, _ = median_time(ref_with_order, repeat)
+    t_ko, _, t_ro, _ = paired_times(ours_with_order, ref_with_order, repeat)
     print(
         f"  + ordering rankwatch {t_ko:7.3f} s ({n_req / t_ko:12,.0f} req/s)   "
         f"numpy 2-D   {t_ro:7.3f} s ({n_req / t_ro:10,.0f} req/s)   ratio {t_ro / t_ko:5.2f}x  (information)"
@@ -194,8 +206,9 @@ def main() -> None:
         hists = histograms_by_group(raw_scores, relevant, slice_id, n_slices)
         return [(h.auc_roc(), h.average_precision()) for h in hists]
 
-    t_auc, ours_values = median_time(ours_auc, repeat)
-    t_sk, sk_values = median_time(lambda: sklearn_per_slice(sk_scores, sk_relevant), max(1, min(repeat, 3)))
+    t_auc, ours_values, t_sk, sk_values = paired_times(
+        ours_auc, lambda: sklearn_per_slice(sk_scores, sk_relevant), repeat
+    )
     worst = max(abs(a - b) for o, s in zip(ours_values, sk_values, strict=True) for a, b in zip(o, s, strict=True))
     assert worst <= 1e-9, worst
     pairs = len(frame)
