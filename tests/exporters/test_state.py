@@ -8,10 +8,9 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from exporter_helpers import OPTIONS, T0, grid_keys, parse_exposition, random_window, scrape, select
+from exporter_helpers import OPTIONS, T0, grid_keys, parse_exposition, scrape, select
 
 from exporters.collector import build_registry
-from exporters.folding import merge_aggregates
 from exporters.http import MetricsServer
 from exporters.state import MetricsState
 from pipeline.aggregates import RankingAggregate, aggregate_lists
@@ -51,17 +50,6 @@ def test_cardinality_attack_is_bounded_and_counted() -> None:
     total = sum(select(series, "rankwatch_ranking_requests", source="online", surface="home_feed").values())
     roll = select(series, "rankwatch_ranking_requests", source="online", segment="all", surface="home_feed")
     assert total - sum(roll.values()) == n
-
-
-def test_merge_aggregates_equals_pairwise_merge() -> None:
-    rng = np.random.default_rng(4)
-    pw = random_window(rng, grid_keys(("a", "b", "c"), ("x", "y")))
-    parts = list(pw.slices.values())
-    oracle = parts[0].copy()
-    for p in parts[1:]:
-        oracle.merge(p)
-    assert merge_aggregates(parts) == oracle
-    assert merge_aggregates(parts[:1]) is parts[0]
 
 
 def test_summary_window_is_the_smallest() -> None:
