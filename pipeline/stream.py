@@ -217,9 +217,23 @@ class StreamProcessor:
             return []
         out = self._observe(source, fb.ts_ms)
         self._seen.add(fb.event_id, self._wm_step or 0)
-        slot = self._pending.index.get(fb.request_id)
-        if slot is not None:
-            self._attach(slot, feedback_entry(fb, False))
+        pending = self._pending
+        slot = pending.index.get(fb.request_id)
+        if slot is not None:  # the common case, inlined: see _attach
+            rts = pending.ts[slot]
+            fts = fb.ts_ms
+            if fts > rts + self._attr:
+                self._clk["late"] += 1
+            else:
+                counted = fts >= rts
+                if counted:
+                    self._clk["accepted"] += 1
+                entry = (fb.item_id, fb.grade, fts, counted)
+                held = pending.feedback[slot]
+                if held is None:
+                    pending.feedback[slot] = [entry]
+                else:
+                    held.append(entry)
         elif fb.request_id in self._finalized.ids:
             self._clk["late"] += 1
         elif self._wm_step is not None and fb.ts_ms + self._attr < self._wm_step:
