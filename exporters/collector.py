@@ -283,6 +283,7 @@ class CachedExposition:
     """
 
     _EOF = b"# EOF\n"  # OpenMetrics terminator: only once, at the very end
+    _MAX_FORMATS = 4
 
     def __init__(self, collector: RankwatchCollector) -> None:
         self._collector = collector
@@ -301,6 +302,8 @@ class CachedExposition:
         else:
             ranking = encoder(_Families(list(_ranking_families(snap)))).removesuffix(self._EOF)  # type: ignore[arg-type]
             with self._lock:
+                if len(self._cache) >= self._MAX_FORMATS and content_type not in self._cache:
+                    self._cache.clear()  # the content type echoes the client's Accept: keep the cache bounded
                 self._cache[content_type] = (key, ranking)  # holds the tuples, so identity stays meaningful
         health = encoder(_Families(list(self._collector.health_families(snap))))  # type: ignore[arg-type]
         return ranking + health, content_type

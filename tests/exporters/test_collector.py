@@ -325,3 +325,14 @@ def test_registering_another_collector_turns_the_cache_off(free_port) -> None:
     finally:
         server.stop()
     assert one(series, "other_metric") == 3 and one(series, "rankwatch_build_info", version="0") == 1
+
+
+def test_cached_exposition_stays_bounded_under_many_accept_headers() -> None:
+    state = MetricsState()
+    registry = build_registry(state)
+    exposition = registry.exposition
+    assert exposition is not None
+    for minor in range(50):
+        body, ctype = exposition.render(f"application/openmetrics-text;version=1.0.{minor}")
+        assert ctype.startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+    assert len(exposition._cache) <= 4
