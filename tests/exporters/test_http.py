@@ -18,7 +18,31 @@ from exporters.state import MetricsState
 
 
 def self_signed(tmp_path) -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1 / localhost, made with the ``cryptography`` package."""
+    """A self-signed certificate for 127.0.0.1 / localhost: ``cryptography`` if installed, else ``openssl``."""
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        return _self_signed_openssl(tmp_path)
+    return _self_signed_cryptography(tmp_path)
+
+
+def _self_signed_openssl(tmp_path) -> tuple[str, str]:
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("neither the cryptography package nor the openssl command is available")
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(keyfile), "-out", str(certfile), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return str(certfile), str(keyfile)
+
+
+def _self_signed_cryptography(tmp_path) -> tuple[str, str]:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -66,7 +90,6 @@ def _basic(user: str, password: str) -> dict[str, str]:
 
 
 def test_tls_and_basic_auth_refuse_unauthenticated_scrapes(tmp_path, free_port) -> None:
-    pytest.importorskip("cryptography")
     certfile, keyfile = self_signed(tmp_path)
     server = MetricsServer(
         build_registry(_state()),
@@ -177,3 +200,14 @@ def test_cached_metrics_gzip_and_name_filter(free_port) -> None:
         assert set(name for name, _ in filtered) == {"rankwatch_build_info"}
     finally:
         server.stop()
+
+
+def test_openssl_certificate_works_too(tmp_path, free_port) -> None:
+    """The fallback path of :func:`self_signed` (machines without the cryptography package)."""
+    certfile, keyfile = _self_signed_openssl(tmp_path)
+    server = MetricsServer(build_registry(_state()), port=free_port, tls=TLSConfig(certfile, keyfile)).start()
+    try:
+        text = scrape(server.url, context=ssl.create_default_context(cafile=certfile))
+    finally:
+        server.stop()
+    assert "rankwatch_build_info" in text
