@@ -2,9 +2,10 @@
 
 :func:`compute_baseline` turns a validated evaluation set (see :mod:`pipeline.readers`) into one
 :class:`pipeline.aggregates.RankingAggregate` per slice plus the overall slice, with the same kernel the
-online path uses. It is vectorised end to end: request ids are factorised once, one stable sort puts every
-request's items in rank order, one float sort of the scores serves both the ranking ties and every AUC
-histogram, and the aggregates are built per slice with ``bincount`` -- there is no per-request Python loop.
+online path uses. It is vectorised end to end: request ids are numbered once, one stable sort puts every request's
+items in rank order (row-wise on a 2-D view for lists of similar length), the AUC histograms come from
+value sorts per slice, and the aggregates are built per slice with ``bincount`` -- there is no
+per-request Python loop.
 
 Rank order within a request (SPEC section 2): by ``position`` when the column exists, otherwise by
 ``score`` descending with ties kept in input order. The rank is the place in that order, so positions
