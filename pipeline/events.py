@@ -3,12 +3,15 @@
 An impression is kept as parallel tuples (``item_ids``, ``positions``, ``scores``) rather than a list of
 item objects: the join packs them into compact per-request columns without touching each item twice.
 List-form and item-form impressions decode to the same :class:`Impression`; the item form has one item.
+The types are frozen msgspec structs: immutable, no per-instance dict, and about 5x cheaper to create
+than frozen dataclasses, which matters at a million items per second.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
+
+import msgspec
 
 
 class SourceRef(NamedTuple):
@@ -19,8 +22,7 @@ class SourceRef(NamedTuple):
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class Impression:
+class Impression(msgspec.Struct, frozen=True, gc=False):
     """One impression event, list form or item form.
 
     ``positions`` are the served 1-based positions (distinct within the event), ``scores`` are finite.
@@ -43,8 +45,7 @@ class Impression:
         return str(getattr(self, name))
 
 
-@dataclass(frozen=True, slots=True)
-class Feedback:
+class Feedback(msgspec.Struct, frozen=True, gc=False):
     """One feedback event; ``grade`` is already resolved from ``action`` or the ``grade`` field."""
 
     event_id: str

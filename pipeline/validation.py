@@ -158,6 +158,17 @@ def _ts_ms(ts: int | datetime) -> int | Rejection:
     return ms
 
 
+_IN_ORDER: dict[int, tuple[int, ...]] = {}
+
+
+def _in_order(n: int) -> tuple[int, ...]:
+    """``(1, ..., n)``: the usual positions, which cannot hold a duplicate."""
+    seq = _IN_ORDER.get(n)
+    if seq is None:
+        seq = _IN_ORDER[n] = tuple(range(1, n + 1))
+    return seq
+
+
 def decode_impression(
     raw: bytes, *, max_event_bytes: int = 1_000_000, max_items: int = 200
 ) -> Impression | Rejection:
@@ -186,7 +197,7 @@ def decode_impression(
         item_ids = tuple([it.item_id for it in items])
         positions = tuple([it.position for it in items])
         scores = tuple([it.score for it in items])
-        if len(set(positions)) != n:
+        if positions != _in_order(n) and len(set(positions)) != n:
             return Rejection(RejectReason.duplicate_position, "two items at one position")
         if nul and "\x00".join(item_ids).count("\x00") != n - 1:
             return Rejection(RejectReason.bad_id, "item_id contains NUL")
