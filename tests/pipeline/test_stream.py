@@ -318,3 +318,39 @@ def test_partition_watermark_waits_for_every_partition():
     out = proc.process_impression(_impression("r3", T0 + 200_000), source=SourceRef("impressions", 1, 0))
     assert [w.start for w in out] == [START] and out[0].partitions == (0, 1)
     assert proc.stats().watermark_ms == T0 + 199_000
+
+
+_ids = st.sampled_from(["r1", "r2", "r3", ""])
+_ts = st.one_of(st.integers(-5, 2**63), st.sampled_from([T0, T0 + 1, T0 + 700_000, 253_402_300_799_999]),
+                st.sampled_from(["2026-11-30T10:00:00Z", "2026-11-30T10:00:00", "x"]))
+_item = st.fixed_dictionaries({"item_id": st.sampled_from(["a", "b", "c"]), "position": st.integers(-1, 4),
+                               "score": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers())})
+_impression = st.fixed_dictionaries(
+    {"event_id": st.text(max_size=3), "request_id": _ids, "ts": _ts},
+    optional={"items": st.lists(_item, max_size=4), "item_id": st.just("a"), "position": st.integers(0, 3),
+              "score": st.floats(allow_nan=False, allow_infinity=False), "segment": st.sampled_from(["s", "", None])},
+)
+_feedback = st.fixed_dictionaries(
+    {"event_id": st.text(max_size=3), "request_id": _ids, "item_id": st.sampled_from(["a", "b"]), "ts": _ts},
+    optional={"action": st.sampled_from(["click", "purchase", "stare"]), "grade": st.integers(-2, 30)},
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.one_of(_impression, _feedback)), max_size=25))
+def test_arbitrary_event_sequences_never_crash_and_add_up(seq):
+    import json
+
+    proc = StreamProcessor(SMALL, clock=ManualClock(START))
+    published = []
+    for is_impression, doc in seq:
+        raw = json.dumps(doc).encode()
+        published += (proc.process_impression if is_impression else proc.process_feedback)(raw)
+    published += proc.tick()
+    published += proc.flush()
+    stats = proc.stats()
+    n_imp = sum(1 for i, _ in seq if i)
+    assert sum(stats.outcomes["impressions"].values()) == n_imp
+    assert sum(stats.outcomes["clicks"].values()) == len(seq) - n_imp
+    assert stats.pending_requests == 0 and stats.pending_feedback == 0
+    assert sum(w.overall.requests for w in published) == stats.finalized_requests
