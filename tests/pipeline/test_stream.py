@@ -325,19 +325,19 @@ _ts = st.one_of(st.integers(-5, 2**63), st.sampled_from([T0, T0 + 1, T0 + 700_00
                 st.sampled_from(["2026-11-30T10:00:00Z", "2026-11-30T10:00:00", "x"]))
 _item = st.fixed_dictionaries({"item_id": st.sampled_from(["a", "b", "c"]), "position": st.integers(-1, 4),
                                "score": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers())})
-_impression = st.fixed_dictionaries(
+_impression_doc = st.fixed_dictionaries(
     {"event_id": st.text(max_size=3), "request_id": _ids, "ts": _ts},
     optional={"items": st.lists(_item, max_size=4), "item_id": st.just("a"), "position": st.integers(0, 3),
               "score": st.floats(allow_nan=False, allow_infinity=False), "segment": st.sampled_from(["s", "", None])},
 )
-_feedback = st.fixed_dictionaries(
+_feedback_doc = st.fixed_dictionaries(
     {"event_id": st.text(max_size=3), "request_id": _ids, "item_id": st.sampled_from(["a", "b"]), "ts": _ts},
     optional={"action": st.sampled_from(["click", "purchase", "stare"]), "grade": st.integers(-2, 30)},
 )
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.one_of(_impression, _feedback)), max_size=25))
+@given(st.lists(st.tuples(st.booleans(), st.one_of(_impression_doc, _feedback_doc)), max_size=25))
 def test_arbitrary_event_sequences_never_crash_and_add_up(seq):
     import json
 
