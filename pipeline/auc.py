@@ -13,9 +13,13 @@ slices combine without losing anything, and both AUCs follow from the counts:
 which are scikit-learn's ``roc_auc_score`` and ``average_precision_score`` (thresholds at distinct scores).
 
 Memory is bounded: when a histogram holds more than ``max_distinct`` scores, adjacent bins are merged into
-one (their scores become ties). Only positive/negative pairs that were strictly ordered and now share a bin
-can change the AUC-ROC, each by one half, so ``auc_roc_error_bound`` = ``0.5 * new_ties / (P * N)`` is a
-hard bound on the error, reported next to the value. Below the cap, results are exact.
+one (their scores become ties). A merged ("wide") bin remembers the score range ``[low, high]`` it covers
+and is valued at ``high``. Bins always cover disjoint ranges: merging a compressed histogram with other
+data puts every bin whose range overlaps a wide bin into one bin with it. So pairs in different bins keep
+their true order, and only positive/negative pairs inside a wide bin can be off, each by at most one half
+(they count as a tie). ``new_ties`` counts those pairs (except true ties), so ``auc_roc_error_bound`` =
+``0.5 * new_ties / (P * N)`` is a hard bound on the error, reported next to the value. Below the cap,
+results are exact.
 """
 
 from __future__ import annotations
@@ -30,16 +34,34 @@ IntArray = npt.NDArray[np.int64]
 
 
 class ScoreHistogram:
-    """Counts of positives and negatives per distinct score (ascending); merges exactly."""
+    """Counts of positives and negatives per distinct score (ascending); merges exactly.
 
-    __slots__ = ("scores", "pos", "neg", "new_ties")
+    ``lows`` is None while every bin is one exact score; after compression it holds the lowest score each
+    bin covers (``scores`` holds the highest, the value the bin is ranked at).
+    """
 
-    def __init__(self, scores: FloatArray, pos: IntArray, neg: IntArray, new_ties: float = 0.0) -> None:
+    __slots__ = ("scores", "pos", "neg", "new_ties", "lows")
+
+    def __init__(
+        self,
+        scores: FloatArray,
+        pos: IntArray,
+        neg: IntArray,
+        new_ties: float = 0.0,
+        *,
+        lows: FloatArray | None = None,
+    ) -> None:
         self.scores = scores
         self.pos = pos
         self.neg = neg
         # Positive/negative pairs turned into ties by compression (0 while exact).
         self.new_ties = new_ties
+        self.lows = lows
+
+    @property
+    def bin_lows(self) -> FloatArray:
+        """Lowest score covered by each bin (the bin's score itself while exact)."""
+        return self.scores if self.lows is None else self.lows
 
     @classmethod
     def empty(cls) -> ScoreHistogram:
@@ -73,6 +95,8 @@ class ScoreHistogram:
             return self.copy()
         if self.scores.size == 0:
             return other.copy()
+        if self.lows is not None or other.lows is not None:
+            return self._merge_ranges(other)
         # Value sorts only (numpy's vectorised sort is several times faster than an argsort); each side's
         # scores are distinct, so each lands on its own bin.
         both = np.sort(np.concatenate((self.scores, other.scores)))
@@ -85,8 +109,28 @@ class ScoreHistogram:
             neg[at] += side.neg
         return ScoreHistogram(uniq, pos, neg, self.new_ties + other.new_ties)
 
+    def _merge_ranges(self, other: ScoreHistogram) -> ScoreHistogram:
+        """Merge when a side has wide bins: bins whose ranges overlap (or touch) become one bin."""
+        lows = np.concatenate((self.bin_lows, other.bin_lows))
+        highs = np.concatenate((self.scores, other.scores))
+        order = np.lexsort((highs, lows))
+        lows, highs = lows[order], highs[order]
+        pos = np.concatenate((self.pos, other.pos))[order]
+        neg = np.concatenate((self.neg, other.neg))[order]
+        reach = np.maximum.accumulate(highs)
+        starts = np.flatnonzero(np.append(True, lows[1:] > reach[:-1]))
+        g_pos, g_neg = np.add.reduceat(pos, starts), np.add.reduceat(neg, starts)
+        g_low, g_high = lows[starts], np.maximum.reduceat(highs, starts)
+        inner = np.add.reduceat(pos * neg, starts)  # true ties, or already counted in new_ties
+        wide = g_low < g_high
+        added = float(np.sum((g_pos * g_neg - inner)[wide]))
+        return ScoreHistogram(
+            g_high, g_pos, g_neg, self.new_ties + other.new_ties + added, lows=g_low if wide.any() else None
+        )
+
     def copy(self) -> ScoreHistogram:
-        return ScoreHistogram(self.scores.copy(), self.pos.copy(), self.neg.copy(), self.new_ties)
+        lows = None if self.lows is None else self.lows.copy()
+        return ScoreHistogram(self.scores.copy(), self.pos.copy(), self.neg.copy(), self.new_ties, lows=lows)
 
     def compressed(self, max_distinct: int) -> ScoreHistogram:
         """At most ``max_distinct`` bins, merging runs of adjacent scores; tracks the ties it adds."""
@@ -101,7 +145,9 @@ class ScoreHistogram:
         ends = np.append(starts[1:], n) - 1
         already = np.add.reduceat(self.pos * self.neg, starts)  # pairs that were ties before
         added = float(np.sum(pos * neg - already))
-        return ScoreHistogram(self.scores[ends].copy(), pos, neg, self.new_ties + added)
+        return ScoreHistogram(
+            self.scores[ends].copy(), pos, neg, self.new_ties + added, lows=self.bin_lows[starts].copy()
+        )
 
     def auc_roc(self) -> float | None:
         """Probability that a positive outscores a negative, ties one half; None for a single class."""
@@ -135,6 +181,8 @@ class ScoreHistogram:
             "pos": self.pos.astype("<i8").tobytes(),
             "neg": self.neg.astype("<i8").tobytes(),
             "new_ties": self.new_ties,
+            # Only compressed histograms carry ranges, so the state of an exact one is unchanged.
+            **({} if self.lows is None else {"lows": self.lows.astype("<f8").tobytes()}),
         }
 
     @classmethod
@@ -144,6 +192,7 @@ class ScoreHistogram:
             np.frombuffer(state["pos"], dtype="<i8").astype(np.int64),
             np.frombuffer(state["neg"], dtype="<i8").astype(np.int64),
             float(state["new_ties"]),
+            lows=np.frombuffer(state["lows"], dtype="<f8").astype(np.float64) if "lows" in state else None,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -153,6 +202,7 @@ class ScoreHistogram:
             and np.array_equal(self.pos, other.pos)
             and np.array_equal(self.neg, other.neg)
             and self.new_ties == other.new_ties
+            and np.array_equal(self.bin_lows, other.bin_lows)
         )
 
 

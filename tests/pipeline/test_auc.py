@@ -122,3 +122,46 @@ def test_state_round_trip() -> None:
     back = ScoreHistogram.from_state(h.to_state())
     assert back == h and back.new_ties == h.new_ties
     assert all(isinstance(v, bytes) for k, v in h.to_state().items() if k != "new_ties")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    chunks=st.integers(2, 12),
+    cap=st.integers(2, 40),
+    tie_grid=st.sampled_from([0, 20]),
+    compress_both=st.booleans(),
+)
+def test_bound_holds_through_merge_and_compress_chains(seed, chunks, cap, tie_grid, compress_both) -> None:
+    # What windows and partitions do: merge a new part into a running state, compress, repeat.
+    rng = np.random.default_rng(seed)
+    parts = []
+    for _ in range(chunks):
+        n = int(rng.integers(1, 200))
+        scores = rng.normal(loc=rng.normal(), size=n)
+        if tie_grid:
+            scores = np.round(scores * tie_grid) / tie_grid
+        parts.append((scores, rng.random(n) < rng.uniform(0.1, 0.9)))
+    state = ScoreHistogram.empty()
+    for scores, rel in parts:
+        part = ScoreHistogram.from_pairs(scores, rel)
+        state = state.merge(part.compressed(cap) if compress_both else part).compressed(cap)
+        assert np.all(np.diff(state.scores) > 0) and np.all(state.bin_lows <= state.scores)
+        assert np.all(state.bin_lows[1:] > state.scores[:-1])  # bins cover disjoint ranges
+    exact = ScoreHistogram.from_pairs(np.concatenate([s for s, _ in parts]), np.concatenate([r for _, r in parts]))
+    assert state.positives == exact.positives and state.negatives == exact.negatives
+    if exact.auc_roc() is not None:
+        assert abs(state.auc_roc() - exact.auc_roc()) <= state.auc_roc_error_bound() + 1e-12
+    assert ScoreHistogram.from_state(state.to_state()) == state
+
+
+def test_merging_exact_bins_with_equal_scores_adds_no_ties() -> None:
+    # A compressed state: one wide bin covering [0.5, 0.7] (one positive, one negative), one exact bin 0.9.
+    a = ScoreHistogram(np.array([0.7, 0.9]), np.array([1, 1]), np.array([1, 0]), 1.0, lows=np.array([0.5, 0.9]))
+    b = ScoreHistogram.from_pairs([0.9, 0.6, 2.0], [False, False, True])
+    merged = a.merge(b)
+    # 0.6 falls inside the wide bin: its pair with the positive at 0.5 is now counted; 0.9 ties are true ties.
+    assert merged.scores.tolist() == [0.7, 0.9, 2.0] and merged.bin_lows.tolist() == [0.5, 0.9, 2.0]
+    assert merged.pos.tolist() == [1, 1, 1] and merged.neg.tolist() == [2, 1, 0]
+    assert merged.new_ties == a.new_ties + 1
+    assert "lows" not in b.to_state() and "lows" in merged.to_state()
