@@ -397,6 +397,7 @@ class ConsumerService:
             with self._lock:
                 self._pairs[p] = pair
         self._parked.clear()
+        log.info("consuming partition pairs %s", sorted(self._pairs))
 
     # -- health and shutdown ---------------------------------------------------------------------------
     def _refresh_health(self, *, running: bool) -> None:

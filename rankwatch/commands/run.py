@@ -46,9 +46,16 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     from consumers.windows_out import WindowsOutWriter
     from rankwatch.config import load_config
 
+    # Signals first: a SIGTERM during start-up must also end in a clean exit, not a default death.
+    stop_requested: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stop_requested.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: stop_requested.append(signum))
     logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING if log_level != "debug" else logging.DEBUG)
+    # Checkpointing in the rebalance listener takes longer than kafka-python's 0.1 s "blocking" threshold
+    # on purpose (the state must be saved before the pairs are given up); that warning is noise here.
+    logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     cfg = load_config(config_path)
     out_path = windows_out or cfg.windows_out
 
@@ -105,6 +112,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if stop_requested:
+        service.stop()
     try:
         service.run()
     finally:

@@ -116,3 +116,16 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, procs: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.2)
+
+
+CONSUMING = "consuming partition pairs"
+
+
+def consuming_count(log: Path) -> int:
+    """How many times services logging to ``log`` got partition pairs assigned."""
+    return log.read_text(errors="replace").count(CONSUMING) if log.exists() else 0
+
+
+def wait_consuming(log: Path, before: int, *, procs: tuple[Any, ...], timeout: float = 60) -> None:
+    """Wait until a service logging to ``log`` got an assignment after ``before`` were counted."""
+    wait_for(lambda: consuming_count(log) > before, timeout=timeout, what="an assignment", procs=procs)

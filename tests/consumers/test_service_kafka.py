@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka_helpers import start_run, stop_run, wait_for, write_config
+from kafka_helpers import consuming_count, start_run, stop_run, wait_consuming, wait_for, write_config
 from kafka_oracle import assert_documents_equal, expected_windows, read_truth
 
 from consumers.producer import partition_of, produce_events, window_closers
@@ -163,33 +163,36 @@ def _check_dead_letters(bootstrap: str, prefix: str, events: Path) -> None:
 
 
 def _sigkill_scenario(broker: Any, prefix: str, tmp_path: Path, *, kills: int, seed: int) -> None:
+    """Traffic arrives in ``kills + 1`` bursts; each incarnation but the last is SIGKILLed at a random
+    moment while it consumes its burst; the last one finishes. Every window must equal the truth."""
     cfg = _traffic(seed, minutes=4, rate=15)
     events, rows = generate_with_truth(cfg)
     _create(broker.bootstrap, prefix, 2)
-    _produce(broker.bootstrap, prefix, events, close=True, partitions=2)
     want = expected_windows(rows, windows=WINDOWS, partitions=2)
     config = write_config(tmp_path / "run.toml", bootstrap=broker.bootstrap, prefix=prefix,
                           checkpoint_interval="300ms", kafka_extra=f'instance_id = "{prefix}-a"')
     rng = random.Random(seed)
+    bursts = [events[i * len(events) // (kills + 1):(i + 1) * len(events) // (kills + 1)] for i in range(kills + 1)]
+    log = tmp_path / "run.log"
     outs = []
-    for i in range(kills):
+    for i in range(kills + 1):
         out = tmp_path / f"windows-{i}.jsonl"
         outs.append(out)
-        proc = start_run(config, out, tmp_path / "run.log")
+        before = consuming_count(log)
+        proc = start_run(config, out, log)
+        last = i == kills
         try:
-            # Kill once it is consuming: at its first window plus a random extra moment.
-            wait_for(lambda out=out: out.exists() and out.stat().st_size > 0, timeout=60, what="first window",
-                     procs=(proc,))
-            time.sleep(rng.uniform(0.0, 1.5))
+            wait_consuming(log, before, procs=(proc,))
+            _produce(broker.bootstrap, prefix, bursts[i], close=last, partitions=2)
+            if not last:
+                time.sleep(rng.uniform(0.0, 1.0))  # somewhere while the burst is being consumed
         finally:
-            stop_run(proc, kill=True)
-    final = tmp_path / "windows-final.jsonl"
-    outs.append(final)
-    proc = start_run(config, final, tmp_path / "run.log")
+            if not last:
+                stop_run(proc, kill=True)
     try:
         wait_for(lambda: set(want) <= set(_windows_by_identity(*outs)), timeout=90, what="all windows", procs=(proc,))
     finally:
-        assert stop_run(proc) == 0, (tmp_path / "run.log").read_text()[-3000:]
+        assert stop_run(proc) == 0, log.read_text()[-3000:]
     _assert_matches(_windows_by_identity(*outs), want)
 
 
@@ -237,7 +240,8 @@ def test_second_instance_joining_mid_stream_gives_the_same_windows(kafka_broker:
     try:
         wait_for(lambda: out_a.exists() and out_a.stat().st_size > 0, timeout=60, what="A's first window", procs=(a,))
         b = start_run(config, out_b, tmp_path / "b.log")
-        time.sleep(3.0)  # B joins: the group rebalances, A checkpoints and hands over half of the pairs
+        # B joins: the group rebalances, A checkpoints and hands over half of the pairs.
+        wait_consuming(tmp_path / "b.log", 0, procs=(a, b))
         _produce(kafka_broker.bootstrap, unique, events[half:], close=True, partitions=4)
         wait_for(lambda: set(want) <= set(_windows_by_identity(out_a, out_b)), timeout=120, what="all windows",
                  procs=(a, b))
