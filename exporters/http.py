@@ -47,6 +47,16 @@ class BasicAuth:
     username: str
     password: str = ""
 
+    @classmethod
+    def from_file(cls, username: str, password_file: str) -> BasicAuth:
+        """The password from a file (first line, trailing newline stripped), as Prometheus'
+        ``password_file`` does; keeps the secret out of configuration files and process listings."""
+        with open(password_file, encoding="utf-8") as fh:
+            password = fh.readline().rstrip("\r\n")
+        if not password:
+            raise ValueError(f"{password_file}: empty password")
+        return cls(username, password)
+
     def __repr__(self) -> str:  # never print the password
         return f"BasicAuth(username={self.username!r}, password='***')"
 

@@ -211,3 +211,13 @@ def test_openssl_certificate_works_too(tmp_path, free_port) -> None:
     finally:
         server.stop()
     assert "rankwatch_build_info" in text
+
+
+def test_basic_auth_password_file(tmp_path) -> None:
+    secret = tmp_path / "pass"
+    secret.write_text("s3cret\n")
+    auth = BasicAuth.from_file("prometheus", str(secret))
+    assert auth.accepts(_basic("prometheus", "s3cret")["Authorization"])
+    secret.write_text("\n")
+    with pytest.raises(ValueError, match="empty password"):
+        BasicAuth.from_file("prometheus", str(secret))
