@@ -90,22 +90,23 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
 
     service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
                               on_health=on_health)
-    try:
-        service.start()
-    except TopicError:
-        raise
-    except Exception as e:  # noqa: BLE001 - an unreachable broker, bad credentials: one line
-        raise RankwatchError(f"cannot start consuming from {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
-    if state is not None:
-        from exporters.collector import build_registry
-        from exporters.http import MetricsServer
-
+    if state is not None:  # before Kafka: a taken port fails fast, and /healthz answers during start-up
         try:
             server = MetricsServer(build_registry(state), bind=cfg.exporter.host, port=cfg.exporter.port,
                                    ready=service.ready).start()
         except OSError as e:
             raise RankwatchError(f"exporter cannot listen on {cfg.exporter.host}:{cfg.exporter.port}: {e}") from None
         logging.getLogger("rankwatch").info("serving metrics on %s/metrics", server.url)
+    try:
+        service.start()
+    except TopicError:
+        if server is not None:
+            server.stop()
+        raise
+    except Exception as e:  # noqa: BLE001 - an unreachable broker, bad credentials: one line
+        if server is not None:
+            server.stop()
+        raise RankwatchError(f"cannot start consuming from {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
 
     def on_signal(signum: int, _frame: object) -> None:
         service.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,49 @@ def test_checkpoint_store_round_trips_large_snapshots_and_finds_orphans(kafka_br
     finally:
         store.close()
         producer.close()
+
+
+def test_run_serves_metrics_of_the_windows_it_publishes(
+    kafka_broker: Any, unique: str, tmp_path: Path
+) -> None:
+    import re
+    import urllib.request
+
+    from kafka_helpers import start_run, stop_run, wait_for
+
+    from consumers.windows_out import read_windows
+
+    assert main(["simulate", "--bootstrap-servers", kafka_broker.bootstrap, "--impressions-topic", f"{unique}-imp",
+                 "--clicks-topic", f"{unique}-clk", "--create-topics", "--partitions", "2", "--fast", "--rate", "5",
+                 "--duration", "2m", "--attribution-window", "1m", "--malformed-rate", "0.05",
+                 "--close-windows", "2h"]) == 0
+    config = write_config(tmp_path / "run.toml", bootstrap=kafka_broker.bootstrap, prefix=unique,
+                          extra="").read_text().replace("enabled = false", 'enabled = true\nport = 0')
+    (tmp_path / "run.toml").write_text(config)
+    out, log = tmp_path / "w.jsonl", tmp_path / "run.log"
+    proc = start_run(tmp_path / "run.toml", out, log)
+    try:
+        url = wait_for(lambda: (m := re.search(r"serving metrics on (http://\S+)/metrics", log.read_text()))
+                       and m.group(1), timeout=60, what="the exporter", procs=(proc,))
+        wait_for(lambda: out.exists() and len(read_windows(out)) >= 4, timeout=60, what="windows", procs=(proc,))
+        def ready() -> bool:
+            try:
+                return bool(urllib.request.urlopen(url + "/readyz").status == 200)
+            except OSError:  # 503 until the first health refresh after the assignment
+                return False
+
+        wait_for(ready, timeout=30, what="ready")
+        time.sleep(1.5)  # health figures are pushed about once a second
+
+        def scrape() -> str:
+            with urllib.request.urlopen(url + "/metrics") as r:
+                return r.read().decode()
+
+        text = scrape()
+        assert re.search(r'rankwatch_ranking_quality\{metric="mrr",segment="all",source="online",surface="all",'
+                         r'variant="all",window="1m"\} 0\.\d+', text)
+        assert re.search(rf'rankwatch_consumer_lag\{{partition="0",topic="{unique}-imp"}} 0\.0', text)
+        rejected = re.search(r'rankwatch_events_total\{outcome="rejected",stream="impressions"\} (\d+)', text)
+        assert rejected and float(rejected.group(1)) > 0
+    finally:
+        assert stop_run(proc) == 0, log.read_text()[-2000:]
