@@ -122,8 +122,9 @@ CONSUMING = "consuming partition pairs"
 
 
 def consuming_count(log: Path) -> int:
-    """How many times services logging to ``log`` got partition pairs assigned."""
-    return log.read_text(errors="replace").count(CONSUMING) if log.exists() else 0
+    """How many times services logging to ``log`` got a non-empty set of partition pairs assigned."""
+    return log.read_text(errors="replace").count(CONSUMING + " [") - log.read_text(errors="replace").count(
+        CONSUMING + " []") if log.exists() else 0
 
 
 def wait_consuming(log: Path, before: int, *, procs: tuple[Any, ...], timeout: float = 60) -> None:
