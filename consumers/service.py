@@ -8,6 +8,11 @@ acknowledged) before the offsets are committed with a pointer to it; on assignme
 the checkpoint its committed offset points to and both partitions are seeked to the checkpoint's offsets.
 On revocation and on shutdown the owned pairs are checkpointed and committed before they are given up.
 docs/kafka.md gives the correctness argument.
+
+Threads: kafka-python 3 runs the rebalance listener on its I/O thread, but only while this loop is inside
+``consumer.poll()`` (group joins are driven from poll), so the listener's checkpoint + commit never
+interleaves with the loop's own. The pair lock guards the state anyway, and nothing that waits for the
+I/O thread is called while holding it.
 """
 
 from __future__ import annotations
