@@ -65,8 +65,9 @@ def escape_value(value: str) -> str:
 def merge_aggregates(aggs: Sequence[RankingAggregate]) -> RankingAggregate:
     """The aggregate of the union of ``aggs`` (all computed with the same options).
 
-    Equal to folding :meth:`RankingAggregate.merge` over the list, but the score histograms are combined
-    with one sort instead of one per pair, so folding 100,000 slices into ``__other__`` stays cheap.
+    Equal to folding :meth:`RankingAggregate.merge` over the list, but exact score histograms are combined
+    with one sort instead of one per pair, so folding 100,000 slices into ``__other__`` stays cheap
+    (compressed histograms, with wide bins, take the kernel's pairwise merge).
     A single aggregate is returned as is (callers treat aggregates as read-only).
     """
     if not aggs:
@@ -74,6 +75,13 @@ def merge_aggregates(aggs: Sequence[RankingAggregate]) -> RankingAggregate:
     if len(aggs) == 1:
         return aggs[0]
     options = aggs[0].options
+    if any(a.histogram.lows is not None for a in aggs):
+        # Compressed histograms have wide bins whose ranges must be merged with care (and their error
+        # bound kept valid): the kernel's own pairwise merge does that.
+        out = aggs[0].copy()
+        for agg in aggs[1:]:
+            out.merge(agg)
+        return out
     out = RankingAggregate(options)
     totals: dict[str, MetricSum] = {name: MetricSum() for name in options.rank_metric_names}
     for agg in aggs:

@@ -81,3 +81,20 @@ def test_grouping_merges_collisions_and_rollups_are_exact() -> None:
     rolled = rollups(grouped)
     assert set(rolled) == {("a", "all", "all"), ("b", "all", "all"), ("all", "x", "all")}
     assert same(rolled[("all", "x", "all")], pairwise(list(pw.slices.values())))
+
+
+def test_compressed_histograms_take_the_kernels_merge() -> None:
+    from dataclasses import replace
+
+    rng = np.random.default_rng(10)
+    options = replace(OPTIONS, max_distinct_scores=8)
+    parts = []
+    for _ in range(4):
+        n = 30
+        offsets = np.arange(0, 3 * n + 1, 3)
+        labels = (rng.random(3 * n) < 0.3).astype(float)
+        parts.append(RankingAggregate.from_lists(labels, rng.random(3 * n), offsets, options))
+    assert any(p.histogram.lows is not None for p in parts)
+    merged = merge_aggregates(parts)
+    assert same(merged, pairwise(parts))
+    assert merged.histogram.n_distinct <= 8
