@@ -10,6 +10,7 @@ reads: a window's values, sample sizes and drift are replaced together).
 
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 import time
 from collections import OrderedDict
@@ -103,6 +104,8 @@ class MetricsState:
     wall_clock
         Seconds since the epoch, for publish timestamps and baseline ages (wall time, because Prometheus
         compares them with ``time()``).
+    version
+        The ``rankwatch_build_info{version}`` label; default: the installed ``rankwatch`` distribution's.
     rollups
         Also expose single-label roll-ups of the online slices (e.g. one segment over all surfaces).
     """
@@ -115,7 +118,7 @@ class MetricsState:
         pending_requests_limit: int | None = None,
         label_values_limit: int | None = None,
         wall_clock: Callable[[], float] = time.time,
-        version: str = "0",
+        version: str | None = None,
         rollups: bool = True,
     ) -> None:
         sizes = sorted(set(windows), key=parse_duration_ms)
@@ -129,7 +132,7 @@ class MetricsState:
         self._write_lock = threading.Lock()
         self._lock = threading.Lock()
         self._capper = ExporterLabelCapper(max_label_values)
-        self._version_label = version
+        self._version_label = version if version is not None else _installed_version()
         self._pending_limit = pending_requests_limit
         self._label_limit = label_values_limit
         self._seen: OrderedDict[tuple[Any, ...], int] = OrderedDict()
@@ -391,3 +394,10 @@ def _drift_samples(drifts: Mapping[str, DriftResult]) -> tuple[tuple[Sample, ...
                 )
             )
     return tuple(out), tuple(unmatched)
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("rankwatch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -324,7 +324,8 @@ def test_registering_another_collector_turns_the_cache_off(free_port) -> None:
         series = parse_exposition(scrape(server.url))
     finally:
         server.stop()
-    assert one(series, "other_metric") == 3 and one(series, "rankwatch_build_info", version="0") == 1
+    version = state.snapshot().version_label
+    assert one(series, "other_metric") == 3 and one(series, "rankwatch_build_info", version=version) == 1
 
 
 def test_cached_exposition_stays_bounded_under_many_accept_headers() -> None:
