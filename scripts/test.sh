@@ -7,10 +7,16 @@ cd "$(dirname "$0")/.."
 echo "== installing rankwatch with test extras"
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-if ! command -v promtool >/dev/null 2>&1; then
-  echo "== installing prometheus and promtool (Debian package)"
+# Debian packages the tests need: promtool/prometheus for rules and live queries, Java and Maven for the
+# real Kafka broker (its jars come from Maven Central via deploy/kafka/local.sh fetch).
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+if ((${#missing[@]})); then
+  echo "== installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq prometheus >/dev/null
+  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 if [ -x deploy/kafka/local.sh ]; then
