@@ -38,8 +38,10 @@ SCHEMA: dict[str, frozenset[str] | None] = {
                         "max_pending_feedback", "finalized_memory"}),
     "actions": None,
     "output": frozenset({"windows_out"}),
-    "exporter": frozenset({"enabled", "host", "port"}),
-    "baselines": frozenset({"files", "directory"}),
+    "exporter": frozenset(
+        {"enabled", "host", "port", "tls_certfile", "tls_keyfile", "basic_auth_user", "basic_auth_password_file"}
+    ),
+    "baselines": frozenset({"files", "directory", "reload_interval"}),
 }
 
 
@@ -48,6 +50,10 @@ class ExporterSettings:
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 9108
+    tls_certfile: Path | None = None  # TLS is on when both files are given
+    tls_keyfile: Path | None = None
+    basic_auth_user: str = ""  # basic auth on /metrics when set, password read from the file
+    basic_auth_password_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class RunConfig:
     exporter: ExporterSettings = ExporterSettings()
     windows_out: Path | None = None
     baselines: tuple[Path, ...] = ()
+    baseline_reload_ms: int = 10_000
     source: Path | None = field(default=None, compare=False)
 
 
@@ -141,7 +148,7 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
     port = ex.get("port", int, 9108)
     if not 0 <= port <= 65535:
         raise ex.fail("port", f"not a TCP port: {port}")
-    exporter = ExporterSettings(enabled=ex.get("enabled", bool, True), host=ex.get("host", str, "127.0.0.1"), port=port)
+    exporter = _exporter(ex, base, port)
     out = r["output"].get("windows_out", str, "")
     bl = r["baselines"]
     files = [base / f for f in bl.strings("files", ())]
@@ -152,7 +159,30 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
             raise bl.fail("directory", f"not a directory: {d}")
         files += sorted(d.glob("*.json"))
     return RunConfig(kafka=kafka, stream=stream, exporter=exporter,
-                     windows_out=(base / out) if out else None, baselines=tuple(files))
+                     windows_out=(base / out) if out else None, baselines=tuple(files),
+                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000))
+
+
+def _exporter(ex: _Reader, base: Path, port: int) -> ExporterSettings:
+    def existing_file(key: str) -> Path | None:
+        name = ex.get(key, str, "")
+        if not name:
+            return None
+        path = base / name
+        if not path.is_file():
+            raise ex.fail(key, f"no such file: {path}")
+        return path
+
+    cert, key = existing_file("tls_certfile"), existing_file("tls_keyfile")
+    if (cert is None) != (key is None):
+        raise ex.fail("tls_keyfile" if key is None else "tls_certfile", "TLS needs both tls_certfile and tls_keyfile")
+    user, password_file = ex.get("basic_auth_user", str, ""), existing_file("basic_auth_password_file")
+    if bool(user) != (password_file is not None):
+        raise ex.fail("basic_auth_password_file" if user else "basic_auth_user",
+                      "basic auth needs both basic_auth_user and basic_auth_password_file")
+    return ExporterSettings(enabled=ex.get("enabled", bool, True), host=ex.get("host", str, "127.0.0.1"),
+                            port=port, tls_certfile=cert, tls_keyfile=key, basic_auth_user=user,
+                            basic_auth_password_file=password_file)
 
 
 def _kafka(k: _Reader, t: _Reader, where: str) -> KafkaSettings:

@@ -67,11 +67,12 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     targets: list[Callable[[Any], object]] = []
     if writer is not None:
         targets.append(writer.write)
-    state = server = watcher = None
+    state = server = watcher = scheduler = None
     if cfg.exporter.enabled:
         from exporters.baselines import BaselineWatcher
         from exporters.collector import build_registry
-        from exporters.http import MetricsServer
+        from exporters.http import BasicAuth, MetricsServer, TLSConfig
+        from exporters.scheduling import ExporterScheduler
         from exporters.state import MetricsState
 
         state = MetricsState.for_stream(cfg.stream)
@@ -79,22 +80,26 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         if cfg.baselines:
             watcher = BaselineWatcher(list(cfg.baselines), state)
             watcher.load_initial()
+            # Reloads run as an APScheduler job, off the consuming thread: a slow disk never delays a poll.
+            scheduler = ExporterScheduler(baselines=watcher, reload_interval_s=cfg.baseline_reload_ms / 1000)
 
     def on_health(health: ServiceHealth) -> None:
         if state is not None:
             if health.merged is not None:
                 state.set_stream_stats(health.merged)
             state.set_consumer_lag(health.lag)
-        if watcher is not None:
-            watcher.reload()  # cheap: re-reads a file only when its mtime/size changed
 
     service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
                               on_health=on_health)
     if state is not None:  # before Kafka: a taken port fails fast, and /healthz answers during start-up
         try:
-            server = MetricsServer(build_registry(state), bind=cfg.exporter.host, port=cfg.exporter.port,
+            ex = cfg.exporter
+            tls = TLSConfig(str(ex.tls_certfile), str(ex.tls_keyfile)) if ex.tls_certfile and ex.tls_keyfile else None
+            auth = (BasicAuth.from_file(ex.basic_auth_user, str(ex.basic_auth_password_file))
+                    if ex.basic_auth_password_file else None)
+            server = MetricsServer(build_registry(state), bind=ex.host, port=ex.port, tls=tls, auth=auth,
                                    ready=service.ready).start()
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise RankwatchError(f"exporter cannot listen on {cfg.exporter.host}:{cfg.exporter.port}: {e}") from None
         logging.getLogger("rankwatch").info("serving metrics on %s/metrics", server.url)
     try:
@@ -115,9 +120,13 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     signal.signal(signal.SIGINT, on_signal)
     if stop_requested:
         service.stop()
+    if scheduler is not None:
+        scheduler.start()
     try:
         service.run()
     finally:
+        if scheduler is not None:
+            scheduler.stop()
         if writer is not None:
             writer.close()
         if server is not None:

@@ -20,6 +20,8 @@ from rankwatch.cli import main
 
 pytestmark = pytest.mark.kafka
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
 
 def test_simulate_keys_both_topics_by_request_id_on_the_same_partition(
     kafka_broker: Any, unique: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -82,6 +84,7 @@ def test_run_serves_metrics_of_the_windows_it_publishes(
     kafka_broker: Any, unique: str, tmp_path: Path
 ) -> None:
     import re
+    import urllib.error
     import urllib.request
 
     from kafka_helpers import start_run, stop_run, wait_for
@@ -92,9 +95,20 @@ def test_run_serves_metrics_of_the_windows_it_publishes(
                  "--clicks-topic", f"{unique}-clk", "--create-topics", "--partitions", "2", "--fast", "--rate", "5",
                  "--duration", "2m", "--attribution-window", "1m", "--malformed-rate", "0.05",
                  "--close-windows", "2h"]) == 0
+    import base64
+
+    # /metrics behind basic auth, and an offline baseline served through the scheduler's reload job.
+    (tmp_path / "password").write_text("s3cret\n")
+    baseline = tmp_path / "baseline.json"
+    assert main(["offline", str(EXAMPLES / "eval.csv"), "--output", str(baseline)]) == 0
     config = write_config(tmp_path / "run.toml", bootstrap=kafka_broker.bootstrap, prefix=unique,
-                          extra="").read_text().replace("enabled = false", 'enabled = true\nport = 0')
+                          extra="").read_text().replace(
+        "enabled = false",
+        'enabled = true\nport = 0\nbasic_auth_user = "prom"\nbasic_auth_password_file = "password"',
+    )
+    config += f'[baselines]\nfiles = ["{baseline.name}"]\nreload_interval = "1s"\n'
     (tmp_path / "run.toml").write_text(config)
+    credentials = {"Authorization": "Basic " + base64.b64encode(b"prom:s3cret").decode()}
     out, log = tmp_path / "w.jsonl", tmp_path / "run.log"
     proc = start_run(tmp_path / "run.toml", out, log)
     try:
@@ -111,10 +125,15 @@ def test_run_serves_metrics_of_the_windows_it_publishes(
         time.sleep(1.5)  # health figures are pushed about once a second
 
         def scrape() -> str:
-            with urllib.request.urlopen(url + "/metrics") as r:
+            with urllib.request.urlopen(urllib.request.Request(url + "/metrics", headers=credentials)) as r:
                 return r.read().decode()
 
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "/metrics")
+        assert refused.value.code == 401
         text = scrape()
+        assert re.search(r'rankwatch_ranking_quality\{metric="mrr",segment="all",source="offline",surface="all",'
+                         r'variant="[^"]+",window="baseline"\} 0\.\d+', text)
         assert re.search(r'rankwatch_ranking_quality\{metric="mrr",segment="all",source="online",surface="all",'
                          r'variant="all",window="1m"\} 0\.\d+', text)
         assert re.search(rf'rankwatch_consumer_lag\{{partition="0",topic="{unique}-imp"}} 0\.0', text)

@@ -32,6 +32,9 @@ def _run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple
         ("[slices]\nby = ['colour']\n", "slices.by: cannot slice by 'colour'"),
         ("[metrics]\ngain = 'cubic'\n", "metrics.gain"),
         ("[exporter]\nport = 70000\n", "exporter.port: not a TCP port"),
+        ("[exporter]\ntls_certfile = 'nope.pem'\n", "exporter.tls_certfile: no such file"),
+        ("[exporter]\nbasic_auth_user = 'prom'\n", "exporter.basic_auth_password_file: basic auth needs both"),
+        ("[baselines]\nreload_interval = 'soon'\n", "baselines.reload_interval: not a duration"),
         ("[actions]\nclick = -1\n", "actions.click"),
         ("[limits]\nmax_pending_requests = true\n", "limits.max_pending_requests: expected int"),
         ("[nonsense]\n", "unknown table [nonsense]"),
@@ -68,3 +71,23 @@ def test_defaults_match_the_spec() -> None:
     assert cfg.kafka.group_id == "rankwatch" and cfg.kafka.checkpoints == "rankwatch.checkpoints"
     assert cfg.kafka.dead_letters == "rankwatch.dead-letters"
     assert (cfg.exporter.host, cfg.exporter.port) == ("127.0.0.1", 9108)
+
+
+def test_exporter_tls_and_basic_auth_settings_resolve_relative_to_the_config(tmp_path: Path) -> None:
+    for name in ("cert.pem", "key.pem", "password"):
+        (tmp_path / name).write_text("x\n")
+    cfg = config_from_dict(
+        {
+            "exporter": {"tls_certfile": "cert.pem", "tls_keyfile": "key.pem", "basic_auth_user": "prom",
+                         "basic_auth_password_file": "password"},
+            "baselines": {"reload_interval": "30s"},
+        },
+        base=tmp_path,
+    )
+    assert cfg.exporter.tls_certfile == tmp_path / "cert.pem" and cfg.exporter.tls_keyfile == tmp_path / "key.pem"
+    assert cfg.exporter.basic_auth_user == "prom"
+    assert cfg.exporter.basic_auth_password_file == tmp_path / "password"
+    assert cfg.baseline_reload_ms == 30_000
+    half = {"exporter": {"tls_certfile": "cert.pem"}}
+    with pytest.raises(Exception, match="exporter.tls_keyfile: TLS needs both"):
+        config_from_dict(half, base=tmp_path)
