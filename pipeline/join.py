@@ -225,25 +225,28 @@ class PendingRequests:
         return sorted(live, key=lambda s: (ts[s], rid[s]))
 
     def finalize(self, slots: list[int]) -> FinalizedBatch:
-        """Remove ``slots`` and return their flat, labelled lists."""
+        """Remove ``slots`` and return their flat, labelled lists.
+
+        Labels are gathered as flat ``(item index, grade)`` pairs and written with one ``np.maximum.at``
+        (the label of an item is the largest grade attributed to it), so requests without feedback cost
+        no per-item work and requests with feedback no per-request array.
+        """
         att = self.attribution_window_ms
         records, counts, feedback, ts, rids = self.record, self.count, self.feedback, self.ts, self.rid
-        index, free = self.index, self.free
-        lengths: list[int] = []
-        score_parts: list[memoryview] = []
-        request_ids: list[str] = []
-        ts_list: list[int] = []
-        labelled: list[tuple[int, list[float]]] = []  # (request number, labels) for requests with feedback
+        index, free, positions = self.index, self.free, self.positions
+        lengths = [counts[s] for s in slots]
+        ts_list = [ts[s] for s in slots]
+        request_ids: list[str] = [rids[s] for s in slots]  # type: ignore[misc]
+        score_parts = [records[s][: 8 * n] for s, n in zip(slots, lengths, strict=True)]  # type: ignore[index]
+        label_at: list[int] = []  # flat item index ...
+        label_grade: list[int] = []  # ... and a grade attributed to it
         accepted = late = detached = 0
-        for j, s in enumerate(slots):
-            rec = records[s]
-            assert rec is not None
-            n = counts[s]
-            rts = ts[s]
+        base = 0
+        for s, n, rts in zip(slots, lengths, ts_list, strict=True):
             fb = feedback[s]
             if fb is not None:
-                ids = rec[8 * n :].decode().split(SEP)
-                grades = [0.0] * n
+                feedback[s] = None
+                ids: list[str] | None = None
                 for item, grade, fts, counted in fb:
                     if not rts <= fts <= rts + att:
                         if counted:
@@ -253,35 +256,33 @@ class PendingRequests:
                         continue
                     if not counted:
                         accepted += 1
-                    i = -1
-                    while True:  # every position showing the item (usually exactly one)
-                        try:
-                            i = ids.index(item, i + 1)
-                        except ValueError:
-                            break
-                        if grade > grades[i]:
-                            grades[i] = float(grade)
-                labelled.append((j, grades))
-                feedback[s] = None
-            lengths.append(n)
-            score_parts.append(memoryview(rec)[: 8 * n])
-            ts_list.append(rts)
-            rid = rids[s]
-            request_ids.append(rid)  # type: ignore[arg-type]
-            # release the slot
-            del index[rid]  # type: ignore[arg-type]
+                    if ids is None:
+                        ids = records[s][8 * n :].decode().split(SEP)  # type: ignore[index]
+                    shown = ids.count(item)
+                    if shown:
+                        i = ids.index(item)
+                        label_at.append(base + i)
+                        label_grade.append(grade)
+                        if shown > 1:  # the item shown at several positions: label every one
+                            for k in range(i + 1, n):
+                                if ids[k] == item:
+                                    label_at.append(base + k)
+                                    label_grade.append(grade)
+            base += n
+        for s, rid in zip(slots, request_ids, strict=True):  # release the slots
+            del index[rid]
             rids[s] = None
             records[s] = None
-            self.positions[s] = None
+            positions[s] = None
             free.append(s)
         combo_arr = np.array([self.combo[s] for s in slots], dtype=np.int64)
-        self.n_items -= sum(lengths)
+        self.n_items -= base
         offsets = np.zeros(len(slots) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         scores = np.frombuffer(b"".join(score_parts), dtype="<f8").astype(np.float64)
         labels = np.zeros(scores.size, dtype=np.float64)
-        for j, grades in labelled:
-            labels[offsets[j] : offsets[j + 1]] = grades
+        if label_at:
+            np.maximum.at(labels, np.array(label_at, dtype=np.intp), np.array(label_grade, dtype=np.float64))
         return FinalizedBatch(request_ids, np.array(ts_list, dtype=np.int64), combo_arr, labels, scores, offsets,
                               accepted, late, detached)
 

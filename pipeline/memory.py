@@ -46,6 +46,19 @@ class ExpiringIds:
                 self.forgotten_at_capacity += len(keys)
                 self.ids.difference_update(keys)
 
+    def add_many(self, keys: list[str], tag_ms: int) -> None:
+        """``add`` of every key in order (one set update when no eviction can happen meanwhile)."""
+        if len(self.ids) + len(keys) > self.capacity:
+            for key in keys:
+                self.add(key, tag_ms)
+            return
+        self.ids.update(keys)
+        groups = self.groups
+        if groups and groups[-1][0] == tag_ms:
+            groups[-1][1].extend(keys)
+        elif keys:
+            groups.append((tag_ms, list(keys)))
+
     def expire(self, watermark_ms: int) -> None:
         groups = self.groups
         while groups and groups[0][0] + self.retention_ms < watermark_ms:
