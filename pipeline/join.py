@@ -174,7 +174,11 @@ class PendingRequests:
             self.feedback.append(None)
         self.index[imp.request_id] = slot
         self.n_items += n
-        self._file(slot, imp.ts_ms)
+        lst = self.buckets.get((imp.ts_ms + self.attribution_window_ms) // self.step_ms)
+        if lst is not None:  # _file, inlined for the usual case of an existing bucket
+            lst.append(slot)
+        else:
+            self._file(slot, imp.ts_ms)
         return slot
 
     def extend(self, slot: int, imp: Impression) -> Rejection | None:

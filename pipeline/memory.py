@@ -25,6 +25,10 @@ class ExpiringIds:
         self.ids: set[str] = set()
         self.groups: deque[tuple[int, list[str]]] = deque()
         self.forgotten_at_capacity = 0
+        # The newest group, for callers' inlined fast path: a new id with tag ``tail_tag`` while
+        # ``len(ids) < capacity`` goes to ``ids`` and ``tail`` (exactly what :meth:`add` would do).
+        self.tail_tag: int | None = None
+        self.tail: list[str] = []
 
     def __contains__(self, key: str) -> bool:
         return key in self.ids
@@ -40,11 +44,19 @@ class ExpiringIds:
             groups[-1][1].append(key)
         else:
             groups.append((tag_ms, [key]))
+            self._retail()
         if len(self.ids) > self.capacity:
             while len(self.ids) > self.capacity and groups:
                 _, keys = groups.popleft()
                 self.forgotten_at_capacity += len(keys)
                 self.ids.difference_update(keys)
+            self._retail()
+
+    def _retail(self) -> None:
+        if self.groups:
+            self.tail_tag, self.tail = self.groups[-1]
+        else:
+            self.tail_tag, self.tail = None, []
 
     def add_many(self, keys: list[str], tag_ms: int) -> None:
         """``add`` of every key in order (one set update when no eviction can happen meanwhile)."""
@@ -58,11 +70,14 @@ class ExpiringIds:
             groups[-1][1].extend(keys)
         elif keys:
             groups.append((tag_ms, list(keys)))
+            self._retail()
 
     def expire(self, watermark_ms: int) -> None:
         groups = self.groups
         while groups and groups[0][0] + self.retention_ms < watermark_ms:
             self.ids.difference_update(groups.popleft()[1])
+        if not groups:
+            self._retail()
 
     def to_state(self) -> dict[str, Any]:
         return {"groups": [[t, [k for k in keys if k in self.ids]] for t, keys in self.groups],
@@ -75,6 +90,7 @@ class ExpiringIds:
             out.groups.append((int(t), list(keys)))
             out.ids.update(keys)
         out.forgotten_at_capacity = int(state["forgotten"])
+        out._retail()
         return out
 
 

@@ -40,8 +40,8 @@ from pipeline.validation import (
     DEFAULT_ACTION_GRADES,
     Rejection,
     RejectReason,
-    decode_feedback,
-    decode_impression,
+    feedback_or_rejection,
+    impression_or_rejection,
 )
 from pipeline.watermark import Watermark
 from pipeline.windows import FinalizedStaging, WindowSet, parse_duration_ms
@@ -152,6 +152,9 @@ class StreamProcessor:
             partitions=self.partitions, allowed_disorder_ms=cfg.allowed_disorder_ms, idle_timeout_ms=cfg.idle_timeout_ms
         )
         self._wm_step: int | None = None  # the stepped watermark everything is decided against
+        # Without partitions, an event at or below the largest ts seen since the last tick cannot change
+        # the watermark (its partition is already marked active): such events skip Watermark.observe.
+        self._skip_observe_upto = -1
         self._windows = WindowSet(cfg.windows, cfg.metric_options)
         self._staging = FinalizedStaging(
             group_ms=math.gcd(*self._windows.sizes_ms), attribution_window_ms=cfg.attribution_window_ms
@@ -176,15 +179,22 @@ class StreamProcessor:
     # -- public API ------------------------------------------------------------------------------------
     def process_impression(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
         cfg = self.config
-        imp = decode_impression(raw, max_event_bytes=cfg.max_event_bytes, max_items=cfg.max_items_per_request)
+        imp = impression_or_rejection(raw, cfg.max_event_bytes, cfg.max_items_per_request)
         if type(imp) is not Impression:
             self._reject("impressions", raw, imp, source)  # type: ignore[arg-type]
             return []
-        if imp.event_id in self._seen.ids:
+        eid = imp.event_id
+        seen = self._seen
+        if eid in seen.ids:
             self._imp["duplicate"] += 1
             return []
-        out = self._observe(source, imp.ts_ms)
-        self._seen.add(imp.event_id, self._wm_step or 0)
+        out = [] if imp.ts_ms <= self._skip_observe_upto else self._observe(source, imp.ts_ms)
+        tag = self._wm_step or 0
+        if tag == seen.tail_tag and len(seen.ids) < seen.capacity:  # ExpiringIds.add, inlined
+            seen.ids.add(eid)
+            seen.tail.append(eid)
+        else:
+            seen.add(eid, tag)
         rid = imp.request_id
         ws = self._wm_step
         if (ws is not None and imp.ts_ms + self._attr < ws) or rid in self._finalized.ids:
@@ -208,15 +218,22 @@ class StreamProcessor:
         return out
 
     def process_feedback(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
-        fb = decode_feedback(raw, action_grades=self._grades, max_event_bytes=self.config.max_event_bytes)
+        fb = feedback_or_rejection(raw, self._grades, self.config.max_event_bytes)
         if type(fb) is not Feedback:
             self._reject("clicks", raw, fb, source)  # type: ignore[arg-type]
             return []
-        if fb.event_id in self._seen.ids:
+        eid = fb.event_id
+        seen = self._seen
+        if eid in seen.ids:
             self._clk["duplicate"] += 1
             return []
-        out = self._observe(source, fb.ts_ms)
-        self._seen.add(fb.event_id, self._wm_step or 0)
+        out = [] if fb.ts_ms <= self._skip_observe_upto else self._observe(source, fb.ts_ms)
+        tag = self._wm_step or 0
+        if tag == seen.tail_tag and len(seen.ids) < seen.capacity:  # ExpiringIds.add, inlined
+            seen.ids.add(eid)
+            seen.tail.append(eid)
+        else:
+            seen.add(eid, tag)
         pending = self._pending
         slot = pending.index.get(fb.request_id)
         if slot is not None:  # the common case, inlined: see _attach
@@ -247,6 +264,7 @@ class StreamProcessor:
     def tick(self) -> list[PublishedWindow]:
         """Idle handling: let the clock move the watermark of partitions without traffic."""
         wm = self._watermark.tick(datetime_to_ms(self.clock.now()))
+        self._skip_observe_upto = -1  # the tick forgot which partitions were active
         return self._maybe_advance(wm)
 
     def flush(self) -> list[PublishedWindow]:
@@ -311,7 +329,10 @@ class StreamProcessor:
         self._pending.add_feedback(slot, (entry[0], entry[1], fts, counted))
 
     def _observe(self, source: SourceRef | None, ts_ms: int) -> list[PublishedWindow]:
-        wm = self._watermark.observe(None if source is None else source.partition, ts_ms)
+        watermark = self._watermark
+        wm = watermark.observe(None if source is None else source.partition, ts_ms)
+        if not watermark.partitioned:
+            self._skip_observe_upto = watermark.max_ts[-1]  # type: ignore[assignment]
         if wm is None or (self._wm_step is not None and wm < self._wm_step + self._step):
             return []  # still inside the current step: nothing to decide
         return self._maybe_advance(wm)

@@ -173,9 +173,21 @@ def decode_impression(
     raw: bytes, *, max_event_bytes: int = 1_000_000, max_items: int = 200
 ) -> Impression | Rejection:
     """Decode and validate one impression event (list form or item form)."""
-    wire = _decode(_IMPRESSION_DECODER, raw, max_event_bytes)
+    return impression_or_rejection(raw, max_event_bytes, max_items)
+
+
+def impression_or_rejection(raw: bytes, max_event_bytes: int, max_items: int) -> Impression | Rejection:
+    """:func:`decode_impression` with positional arguments (the per-event path of the stream)."""
+    wire: Any
+    if len(raw) <= max_event_bytes and raw.isascii():  # the usual event: decode straight away
+        try:
+            wire = _IMPRESSION_DECODER.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            wire = _decode(_IMPRESSION_DECODER, raw, max_event_bytes)  # again, for the reason
+    else:
+        wire = _decode(_IMPRESSION_DECODER, raw, max_event_bytes)
     if type(wire) is not _WireImpression:
-        return wire  # type: ignore[return-value]
+        return wire  # type: ignore[no-any-return]
     # JSON strings can only hold NUL escaped, so without "\u0000" in the bytes no id contains one.
     nul = b"\\u0000" in raw
     if nul and ("\x00" in wire.event_id or "\x00" in wire.request_id):
@@ -225,9 +237,21 @@ def decode_feedback(
     max_event_bytes: int = 1_000_000,
 ) -> Feedback | Rejection:
     """Decode and validate one feedback event; the grade is ``grade`` if given, else the action's."""
-    wire = _decode(_FEEDBACK_DECODER, raw, max_event_bytes)
+    return feedback_or_rejection(raw, action_grades, max_event_bytes)
+
+
+def feedback_or_rejection(raw: bytes, action_grades: Mapping[str, int], max_event_bytes: int) -> Feedback | Rejection:
+    """:func:`decode_feedback` with positional arguments (the per-event path of the stream)."""
+    wire: Any
+    if len(raw) <= max_event_bytes and raw.isascii():  # the usual event: decode straight away
+        try:
+            wire = _FEEDBACK_DECODER.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            wire = _decode(_FEEDBACK_DECODER, raw, max_event_bytes)  # again, for the reason
+    else:
+        wire = _decode(_FEEDBACK_DECODER, raw, max_event_bytes)
     if type(wire) is not _WireFeedback:
-        return wire  # type: ignore[return-value]
+        return wire  # type: ignore[no-any-return]
     if b"\\u0000" in raw and ("\x00" in wire.event_id or "\x00" in wire.request_id or "\x00" in wire.item_id):
         return Rejection(RejectReason.bad_id, "id contains NUL")
     ts: Any = wire.ts
