@@ -12,10 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from exporters.names import SLICE_LABEL_NAMES
 from pipeline.aggregates import MetricSum, RankingAggregate
 from pipeline.auc import ScoreHistogram
-from pipeline.slicing import ALL_VALUE, OVERFLOW_VALUE, SliceKey
+from pipeline.slicing import ALL_VALUE, OVERFLOW_VALUE, LabelCapper, SliceKey
 
 LabelSet = tuple[str, str, str]  # (segment, surface, variant), "all" where the slice does not split
 OVERALL_LABELS: LabelSet = (ALL_VALUE, ALL_VALUE, ALL_VALUE)
@@ -33,20 +32,15 @@ class ExporterLabelCapper:
         if max_values < 1:
             raise ValueError("max_values must be >= 1")
         self.max_values = max_values
-        self._admitted: dict[str, set[str]] = {name: set() for name in SLICE_LABEL_NAMES}
-        self.overflow: dict[str, int] = {}
+        # The stream's own first-come capper; the exporter only adds its always-admitted values.
+        self._capper = LabelCapper(max_values)
+
+    @property
+    def overflow(self) -> dict[str, int]:
+        return self._capper.overflow
 
     def cap_value(self, label: str, value: str) -> str:
-        if value in _ALWAYS_ADMITTED:
-            return value
-        seen = self._admitted[label]
-        if value in seen:
-            return value
-        if len(seen) < self.max_values:
-            seen.add(value)
-            return value
-        self.overflow[label] = self.overflow.get(label, 0) + 1
-        return OVERFLOW_VALUE
+        return value if value in _ALWAYS_ADMITTED else self._capper.cap(label, value)
 
     def labels_of(self, key: SliceKey) -> LabelSet:
         """Capped ``(segment, surface, variant)`` of a slice key; ``model`` has no label and is dropped."""
