@@ -183,18 +183,9 @@ class StreamProcessor:
         if type(imp) is not Impression:
             self._reject("impressions", raw, imp, source)  # type: ignore[arg-type]
             return []
-        eid = imp.event_id
-        seen = self._seen
-        if eid in seen.ids:
-            self._imp["duplicate"] += 1
+        out = self._first_sighting(imp.event_id, imp.ts_ms, source, self._imp)
+        if out is None:
             return []
-        out = [] if imp.ts_ms <= self._skip_observe_upto else self._observe(source, imp.ts_ms)
-        tag = self._wm_step or 0
-        if tag == seen.tail_tag and len(seen.ids) < seen.capacity:  # ExpiringIds.add, inlined
-            seen.ids.add(eid)
-            seen.tail.append(eid)
-        else:
-            seen.add(eid, tag)
         rid = imp.request_id
         ws = self._wm_step
         if (ws is not None and imp.ts_ms + self._attr < ws) or rid in self._finalized.ids:
@@ -217,23 +208,31 @@ class StreamProcessor:
         self._imp["accepted"] += 1
         return out
 
+    def _first_sighting(
+        self, eid: str, ts_ms: int, source: SourceRef | None, counts: dict[str, int]
+    ) -> list[PublishedWindow] | None:
+        """None for a duplicate event id (counted); else remember the id and return what its time closes."""
+        seen = self._seen
+        if eid in seen.ids:
+            counts["duplicate"] += 1
+            return None
+        out = [] if ts_ms <= self._skip_observe_upto else self._observe(source, ts_ms)
+        tag = self._wm_step or 0
+        if tag == seen.tail_tag and len(seen.ids) < seen.capacity:  # ExpiringIds.add's common case, inlined
+            seen.ids.add(eid)
+            seen.tail.append(eid)
+        else:
+            seen.add(eid, tag)
+        return out
+
     def process_feedback(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
         fb = feedback_or_rejection(raw, self._grades, self.config.max_event_bytes)
         if type(fb) is not Feedback:
             self._reject("clicks", raw, fb, source)  # type: ignore[arg-type]
             return []
-        eid = fb.event_id
-        seen = self._seen
-        if eid in seen.ids:
-            self._clk["duplicate"] += 1
+        out = self._first_sighting(fb.event_id, fb.ts_ms, source, self._clk)
+        if out is None:
             return []
-        out = [] if fb.ts_ms <= self._skip_observe_upto else self._observe(source, fb.ts_ms)
-        tag = self._wm_step or 0
-        if tag == seen.tail_tag and len(seen.ids) < seen.capacity:  # ExpiringIds.add, inlined
-            seen.ids.add(eid)
-            seen.tail.append(eid)
-        else:
-            seen.add(eid, tag)
         pending = self._pending
         slot = pending.index.get(fb.request_id)
         if slot is not None:  # the common case, inlined: see _attach
