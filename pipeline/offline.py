@@ -32,13 +32,12 @@ import pandas as pd
 
 from pipeline.aggregates import RankingAggregate, aggregate_groups
 from pipeline.clock import Clock
+from pipeline.grouping import first_rows, order_by_request
 from pipeline.kernel import offsets_from_lengths, per_request_metrics
 from pipeline.options import MetricOptions
 from pipeline.readers import (
     EvaluationSet,
     RequestLabels,
-    first_rows,
-    order_by_request,
     read_evaluation_files,
     validate_evaluation_frame,
 )

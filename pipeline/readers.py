@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from pipeline.grouping import differs_from_previous, duplicate_positions, first_rows, renumber
 from pipeline.slicing import SLICE_LABELS, UNKNOWN_VALUE
 
 IntArray = npt.NDArray[np.int64]
@@ -292,9 +293,9 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
     # selects those rows (a slice, i.e. no copy, in the usual case where all are valid).
     all_valid = bool(valid.all())
     keep: Any = slice(None) if all_valid else np.flatnonzero(valid)
-    codes = req_codes if all_valid else _renumber(req_codes[keep])
+    codes = req_codes if all_valid else renumber(req_codes[keep])
     if position is not None:
-        dup = _duplicate_positions(codes, position[keep].astype(np.int64))
+        dup = duplicate_positions(codes, position[keep].astype(np.int64))
         _check_subset(
             rej, valid, keep, dup, "duplicate_position",
             lambda i: f"position {int(position[i])} appears twice in request {frame['request_id'].iloc[i]!r}",
@@ -307,7 +308,7 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
         if label_name not in frame.columns:
             continue
         column = frame[label_name].iloc[keep]
-        if grouped and not np.any(_differs_from_previous(column) & same_request):
+        if grouped and not np.any(differs_from_previous(column) & same_request):
             # Rows arrive grouped by request and every request is uniform: read the first rows only.
             first_codes, values = _label_codes(column.iloc[first])
             labels[label_name] = RequestLabels(first_codes, values)
@@ -380,7 +381,7 @@ def _id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
     if typed and len(column) > 1 and not column.hasnans:
         run_start = np.empty(len(column), dtype=bool)
         run_start[0] = True
-        run_start[1:] = _differs_from_previous(column)
+        run_start[1:] = differs_from_previous(column)
         starts = np.flatnonzero(run_start)
         _, run_ids = pd.factorize(column.iloc[starts])
         if len(run_ids) == starts.size:  # every id is one contiguous run
@@ -465,58 +466,3 @@ def _number_problem(name: str, column: pd.Series, row: int, must_be: str = "") -
     if not np.isfinite(value):
         return f"{name} is not finite: {raw!r}"
     return f"{name} must be {must_be}, got {raw!r}"
-
-
-def _renumber(codes: IntArray) -> IntArray:
-    """Dense codes numbered by first appearance (after rows, maybe a request's first, were rejected)."""
-    new, _ = pd.factorize(codes)
-    return new.astype(np.int64)
-
-
-def _differs_from_previous(column: pd.Series) -> npt.NDArray[np.bool_]:
-    """``value[i + 1] != value[i]`` for every row but the first; missing values count as different."""
-    values = column.array
-    result = values[1:] != values[:-1]
-    if isinstance(result, np.ndarray):
-        return result.astype(bool)
-    return np.asarray(result.to_numpy(dtype=bool, na_value=True), dtype=bool)
-
-
-def first_rows(codes: IntArray) -> IntArray:
-    """Row index of each code's first appearance, for codes numbered by first appearance."""
-    if codes.size == 0:
-        return np.empty(0, dtype=np.int64)
-    new_run = np.empty(codes.size, dtype=bool)
-    new_run[0] = True
-    np.not_equal(codes[1:], codes[:-1], out=new_run[1:])
-    starts = np.flatnonzero(new_run)
-    if starts.size == int(codes[-1]) + 1 and codes[-1] == codes.max():  # grouped: every run is a new code
-        return starts.astype(np.int64)
-    prev_max = np.maximum.accumulate(np.concatenate(([-1], codes[:-1])))
-    return np.flatnonzero(codes > prev_max).astype(np.int64)
-
-
-def _duplicate_positions(codes: IntArray, position: IntArray) -> npt.NDArray[np.bool_]:
-    """Rows whose (request, position) appeared on an earlier row."""
-    if codes.size == 0:
-        return np.zeros(0, dtype=bool)
-    order = order_by_request(codes, position)
-    c, p = codes[order], position[order]
-    dup_sorted = np.zeros(codes.size, dtype=bool)
-    dup_sorted[1:] = (c[1:] == c[:-1]) & (p[1:] == p[:-1])
-    dup = np.zeros(codes.size, dtype=bool)
-    dup[order] = dup_sorted
-    return dup
-
-
-def order_by_request(codes: IntArray, key: IntArray) -> IntArray:
-    """Stable order by ``(codes, key)`` for non-negative ints; one int64 sort when the product fits.
-
-    Input order breaks ties. Evaluation sets usually arrive grouped by request, which makes the combined
-    key nearly sorted, the best case of numpy's stable sort (timsort).
-    """
-    top = int(key.max()) + 1 if key.size else 1
-    n_codes = int(codes.max()) + 1 if codes.size else 1
-    if key.size and int(key.min()) >= 0 and n_codes * top < 2**62:
-        return np.argsort(codes * top + key, kind="stable").astype(np.int64)
-    return np.lexsort((key, codes)).astype(np.int64)
