@@ -176,16 +176,19 @@ def decode_impression(
     return impression_or_rejection(raw, max_event_bytes, max_items)
 
 
+def _decode_fast(decoder: Any, raw: bytes, max_event_bytes: int) -> Any:
+    """The wire struct, or a Rejection; the usual small ASCII event skips the checks that find the reason."""
+    if len(raw) <= max_event_bytes and raw.isascii():
+        try:
+            return decoder.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            pass  # decode again below, to name the reason
+    return _decode(decoder, raw, max_event_bytes)
+
+
 def impression_or_rejection(raw: bytes, max_event_bytes: int, max_items: int) -> Impression | Rejection:
     """:func:`decode_impression` with positional arguments (the per-event path of the stream)."""
-    wire: Any
-    if len(raw) <= max_event_bytes and raw.isascii():  # the usual event: decode straight away
-        try:
-            wire = _IMPRESSION_DECODER.decode(raw)
-        except (msgspec.DecodeError, RecursionError):
-            wire = _decode(_IMPRESSION_DECODER, raw, max_event_bytes)  # again, for the reason
-    else:
-        wire = _decode(_IMPRESSION_DECODER, raw, max_event_bytes)
+    wire = _decode_fast(_IMPRESSION_DECODER, raw, max_event_bytes)
     if type(wire) is not _WireImpression:
         return wire  # type: ignore[no-any-return]
     # JSON strings can only hold NUL escaped, so without "\u0000" in the bytes no id contains one.
@@ -242,14 +245,7 @@ def decode_feedback(
 
 def feedback_or_rejection(raw: bytes, action_grades: Mapping[str, int], max_event_bytes: int) -> Feedback | Rejection:
     """:func:`decode_feedback` with positional arguments (the per-event path of the stream)."""
-    wire: Any
-    if len(raw) <= max_event_bytes and raw.isascii():  # the usual event: decode straight away
-        try:
-            wire = _FEEDBACK_DECODER.decode(raw)
-        except (msgspec.DecodeError, RecursionError):
-            wire = _decode(_FEEDBACK_DECODER, raw, max_event_bytes)  # again, for the reason
-    else:
-        wire = _decode(_FEEDBACK_DECODER, raw, max_event_bytes)
+    wire = _decode_fast(_FEEDBACK_DECODER, raw, max_event_bytes)
     if type(wire) is not _WireFeedback:
         return wire  # type: ignore[no-any-return]
     if b"\\u0000" in raw and ("\x00" in wire.event_id or "\x00" in wire.request_id or "\x00" in wire.item_id):
