@@ -186,6 +186,13 @@ def _decode_fast(decoder: Any, raw: bytes, max_event_bytes: int) -> Any:
     return _decode(decoder, raw, max_event_bytes)
 
 
+def _event_ts(ts: Any) -> Any:
+    """Epoch milliseconds of a wire ``ts`` (an in-range int passes straight through), or a Rejection."""
+    if type(ts) is int and 0 <= ts <= MAX_TS_MS:
+        return ts
+    return _ts_ms(ts)
+
+
 def impression_or_rejection(raw: bytes, max_event_bytes: int, max_items: int) -> Impression | Rejection:
     """:func:`decode_impression` with positional arguments (the per-event path of the stream)."""
     wire = _decode_fast(_IMPRESSION_DECODER, raw, max_event_bytes)
@@ -195,11 +202,9 @@ def impression_or_rejection(raw: bytes, max_event_bytes: int, max_items: int) ->
     nul = b"\\u0000" in raw
     if nul and ("\x00" in wire.event_id or "\x00" in wire.request_id):
         return Rejection(RejectReason.bad_id, "event_id/request_id contains NUL")
-    ts: Any = wire.ts
-    if type(ts) is not int or not 0 <= ts <= MAX_TS_MS:
-        ts = _ts_ms(ts)
-        if type(ts) is not int:
-            return ts  # type: ignore[no-any-return]
+    ts = _event_ts(wire.ts)
+    if type(ts) is not int:
+        return ts  # type: ignore[no-any-return]
     items = wire.items
     if items is not None:
         if wire.item_id is not None or wire.position is not None or wire.score is not None:
@@ -250,11 +255,9 @@ def feedback_or_rejection(raw: bytes, action_grades: Mapping[str, int], max_even
         return wire  # type: ignore[no-any-return]
     if b"\\u0000" in raw and ("\x00" in wire.event_id or "\x00" in wire.request_id or "\x00" in wire.item_id):
         return Rejection(RejectReason.bad_id, "id contains NUL")
-    ts: Any = wire.ts
-    if type(ts) is not int or not 0 <= ts <= MAX_TS_MS:
-        ts = _ts_ms(ts)
-        if type(ts) is not int:
-            return ts  # type: ignore[no-any-return]
+    ts = _event_ts(wire.ts)
+    if type(ts) is not int:
+        return ts  # type: ignore[no-any-return]
     grade = wire.grade
     if grade is None:
         if wire.action is None:

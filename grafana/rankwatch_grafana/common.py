@@ -72,6 +72,11 @@ def _targets(panel: Any, targets: Sequence[prometheus.Dataquery]) -> Any:
     return panel
 
 
+def _framed(panel: Any, ids: PanelIds, title: str, description: str, width: int, height: int) -> Any:
+    """The settings every rankwatch panel shares: id, title, description, datasource and size."""
+    return panel.id(ids()).title(title).description(description).datasource(DATASOURCE).span(width).height(height)
+
+
 def timeseries_panel(
     ids: PanelIds,
     title: str,
@@ -85,14 +90,8 @@ def timeseries_panel(
 ) -> timeseries.Panel:
     """A time series panel; series whose name matches ``dashed_regex`` (e.g. baselines) are dashed."""
     panel = (
-        timeseries.Panel()
-        .id(ids())
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
+        _framed(timeseries.Panel(), ids, title, description, width, height)
         .unit(unit)
-        .span(width)
-        .height(height)
         .line_width(1)
         .fill_opacity(0)
         .legend(
@@ -123,13 +122,7 @@ def table_panel(
 ) -> table.Panel:
     """A table of instant queries, merged into one row per label set, columns renamed by ``rename``."""
     panel = (
-        table.Panel()
-        .id(ids())
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .span(width)
-        .height(height)
+        _framed(table.Panel(), ids, title, description, width, height)
         .with_transformation(models.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
             models.DataTransformerConfig(
@@ -152,14 +145,8 @@ def stat_panel(
     height: int = 6,
 ) -> stat.Panel:
     panel = (
-        stat.Panel()
-        .id(ids())
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
+        _framed(stat.Panel(), ids, title, description, width, height)
         .unit(unit)
-        .span(width)
-        .height(height)
         .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
     )
     return _targets(panel, targets)
