@@ -27,12 +27,12 @@ from datetime import UTC, datetime, timedelta
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from consumers.producer import produce_events
-from consumers.service import ConsumerService
-from consumers.settings import KafkaSettings
-from consumers.topics import ensure_topic
-from pipeline.generator import TrafficConfig, generate_events
-from pipeline.stream import StreamConfig
+from rankwatch.consumers.producer import produce_events
+from rankwatch.consumers.service import ConsumerService
+from rankwatch.consumers.settings import KafkaSettings
+from rankwatch.consumers.topics import ensure_topic
+from rankwatch.pipeline.generator import TrafficConfig, generate_events
+from rankwatch.pipeline.stream import StreamConfig
 
 
 class WallClock:

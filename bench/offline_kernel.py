@@ -37,10 +37,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.auc import histograms_by_group  # noqa: E402
-from pipeline.kernel import offsets_from_lengths, per_request_metrics  # noqa: E402
-from pipeline.offline import compute_baseline, rank_order  # noqa: E402
-from pipeline.options import MetricOptions  # noqa: E402
+from rankwatch.pipeline.auc import histograms_by_group  # noqa: E402
+from rankwatch.pipeline.kernel import offsets_from_lengths, per_request_metrics  # noqa: E402
+from rankwatch.pipeline.offline import compute_baseline, rank_order  # noqa: E402
+from rankwatch.pipeline.options import MetricOptions  # noqa: E402
 
 
 def make_frame(n_requests: int, n_items: int, seed: int = 7) -> pd.DataFrame:

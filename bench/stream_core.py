@@ -29,11 +29,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.aggregates import aggregate_lists  # noqa: E402
-from pipeline.clock import ManualClock  # noqa: E402
-from pipeline.generator import GeneratedEvent, TrafficConfig, generate_events  # noqa: E402
-from pipeline.options import MetricOptions  # noqa: E402
-from pipeline.stream import StreamConfig, StreamProcessor  # noqa: E402
+from rankwatch.pipeline.aggregates import aggregate_lists  # noqa: E402
+from rankwatch.pipeline.clock import ManualClock  # noqa: E402
+from rankwatch.pipeline.generator import GeneratedEvent, TrafficConfig, generate_events  # noqa: E402
+from rankwatch.pipeline.options import MetricOptions  # noqa: E402
+from rankwatch.pipeline.stream import StreamConfig, StreamProcessor  # noqa: E402
 
 RATE = 2_000  # requests per second of event time
 

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.checkpoints import CheckpointRef
-from pipeline.events import SourceRef
-from pipeline.published import PublishedWindow
-from pipeline.stream import StreamProcessor
+from rankwatch.consumers.checkpoints import CheckpointRef
+from rankwatch.pipeline.events import SourceRef
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.stream import StreamProcessor
 
 
 @dataclass

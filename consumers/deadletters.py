@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from pipeline.deadletter import DeadLetter
+from rankwatch.pipeline.deadletter import DeadLetter
 
 HEADER_PREFIX = "rankwatch."
 

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from kafka.partitioner.default import murmur2
 
-from pipeline.generator import GeneratedEvent
+from rankwatch.pipeline.generator import GeneratedEvent
 
 
 def partition_of(key: bytes, partitions: int) -> int:

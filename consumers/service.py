@@ -30,15 +30,15 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from consumers.alignment import PartitionPair
-from consumers.checkpoints import CheckpointRef, CheckpointStore
-from consumers.deadletters import KafkaDeadLetterSink
-from consumers.settings import KafkaSettings
-from consumers.stats import merge_stats
-from consumers.topics import CHECKPOINT_TOPIC_CONFIG, check_copartitioned, ensure_topic
-from pipeline.clock import Clock
-from pipeline.published import PublishedWindow
-from pipeline.stream import StreamConfig, StreamProcessor, StreamStats
+from rankwatch.consumers.alignment import PartitionPair
+from rankwatch.consumers.checkpoints import CheckpointRef, CheckpointStore
+from rankwatch.consumers.deadletters import KafkaDeadLetterSink
+from rankwatch.consumers.settings import KafkaSettings
+from rankwatch.consumers.stats import merge_stats
+from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, check_copartitioned, ensure_topic
+from rankwatch.pipeline.clock import Clock
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.stream import StreamConfig, StreamProcessor, StreamStats
 
 log = logging.getLogger(__name__)
 

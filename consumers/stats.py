@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.stream import StreamStats
+from rankwatch.pipeline.stream import StreamStats
 
 
 def merge_stats(parts: Sequence[StreamStats]) -> StreamStats:

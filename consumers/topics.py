@@ -16,7 +16,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewPartitions, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from rankwatch.errors import RankwatchError
+from rankwatch.pipeline.errors import RankwatchError
 
 # A checkpoint chunk is at most this big (see consumers.checkpoints); the topic allows a little more.
 CHECKPOINT_TOPIC_CONFIG = {

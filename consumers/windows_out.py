@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from pipeline.published import PublishedWindow
+from rankwatch.pipeline.published import PublishedWindow
 
 Identity = tuple[str, str, tuple[int, ...]]
 

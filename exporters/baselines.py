@@ -21,13 +21,19 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from exporters.series import SeriesValues
-from pipeline.offline import parse_baseline
+from rankwatch.exporters.series import SeriesValues
+from rankwatch.pipeline.offline import parse_baseline
 
-if TYPE_CHECKING:
-    from exporters.state import MetricsState
+
+class BaselineSink(Protocol):
+    """Where loaded baselines go (the exporter's ``MetricsState``); a protocol so this module need not import it."""
+
+    def set_baselines(self, baselines: Sequence[LoadedBaseline]) -> None: ...
+
+    def record_baseline_load(self, name: str, *, ok: bool) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +113,13 @@ class _FileStamp:
 
 
 class BaselineWatcher:
-    """Keeps the baselines of ``paths`` loaded into a :class:`MetricsState` and reloads changed files.
+    """Keeps the baselines of ``paths`` loaded into a :class:`BaselineSink` and reloads changed files.
 
     :meth:`reload` is what the APScheduler job calls; it is safe to call from any thread (one reload at
     a time). The order of ``paths`` decides which file wins when two give the same label set.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike[str]], state: MetricsState) -> None:
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], state: BaselineSink) -> None:
         self.paths = [Path(p) for p in paths]
         names = [baseline_name(p) for p in self.paths]
         if len(set(names)) != len(names):

@@ -19,9 +19,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
-from exporters import names
-from exporters.state import MetricsState, Snapshot
-from pipeline.clock import Clock
+from rankwatch.exporters import names
+from rankwatch.exporters.state import MetricsState, Snapshot
+from rankwatch.pipeline.clock import Clock
 
 
 class WallClock:

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pipeline.aggregates import MetricSum, RankingAggregate
-from pipeline.auc import ScoreHistogram
-from pipeline.slicing import ALL_VALUE, OVERFLOW_VALUE, LabelCapper, SliceKey
+from rankwatch.pipeline.aggregates import MetricSum, RankingAggregate
+from rankwatch.pipeline.auc import ScoreHistogram
+from rankwatch.pipeline.slicing import ALL_VALUE, OVERFLOW_VALUE, LabelCapper, SliceKey
 
 LabelSet = tuple[str, str, str]  # (segment, surface, variant), "all" where the slice does not split
 OVERALL_LABELS: LabelSet = (ALL_VALUE, ALL_VALUE, ALL_VALUE)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.stream import OUTCOMES, STREAMS, StreamStats
+from rankwatch.pipeline.stream import OUTCOMES, STREAMS, StreamStats
 
 
 @dataclass(frozen=True)

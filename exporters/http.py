@@ -27,7 +27,7 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
-from exporters.collector import CachedExposition
+from rankwatch.exporters.collector import CachedExposition
 
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 9108

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from exporters.baselines import BaselineWatcher
-from exporters.state import MetricsState
+from rankwatch.exporters.baselines import BaselineWatcher
+from rankwatch.exporters.state import MetricsState
 
 log = logging.getLogger(__name__)
 

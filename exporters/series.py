@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporters.folding import LabelSet
-from pipeline.aggregates import RankingAggregate
+from rankwatch.exporters.folding import LabelSet
+from rankwatch.pipeline.aggregates import RankingAggregate
 
 Value = float | None
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from prometheus_client.samples import Sample
 
-from exporters import names
-from exporters.baselines import LoadedBaseline
-from exporters.folding import (
+from rankwatch.exporters import names
+from rankwatch.exporters.baselines import LoadedBaseline
+from rankwatch.exporters.folding import (
     OVERALL_LABELS,
     ExporterLabelCapper,
     LabelSet,
@@ -32,12 +32,12 @@ from exporters.folding import (
     merge_aggregates,
     rollups,
 )
-from exporters.health import HealthFigures, health_from_stats
-from exporters.series import DriftResult, SeriesValues, drift
-from pipeline.aggregates import RankingAggregate
-from pipeline.published import PublishedWindow
-from pipeline.stream import StreamConfig
-from pipeline.windows import parse_duration_ms
+from rankwatch.exporters.health import HealthFigures, health_from_stats
+from rankwatch.exporters.series import DriftResult, SeriesValues, drift
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.stream import StreamConfig
+from rankwatch.pipeline.windows import parse_duration_ms
 
 _SEEN_IDENTITIES = 100_000  # republication memory; old identities are forgotten first
 

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.auc import ScoreHistogram, histograms_by_group
-from pipeline.kernel import PerRequestMetrics, per_request_metrics
-from pipeline.options import MetricOptions
+from rankwatch.pipeline.auc import ScoreHistogram, histograms_by_group
+from rankwatch.pipeline.kernel import PerRequestMetrics, per_request_metrics
+from rankwatch.pipeline.options import MetricOptions
 
 ResultValue = float | int | None
 

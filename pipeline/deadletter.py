@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from pipeline.events import SourceRef
-from pipeline.validation import RejectReason
+from rankwatch.pipeline.events import SourceRef
+from rankwatch.pipeline.validation import RejectReason
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 import pandas as pd
 
-from pipeline.clock import datetime_to_ms
+from rankwatch.pipeline.clock import datetime_to_ms
 
 GRADE_PROBS = (0.78, 0.14, 0.05, 0.03)
 CLICK_PROBS = (0.03, 0.45, 0.65, 0.85)

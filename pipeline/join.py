@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.events import Feedback, Impression
-from pipeline.validation import Rejection, RejectReason
+from rankwatch.pipeline.events import Feedback, Impression
+from rankwatch.pipeline.validation import Rejection, RejectReason
 
 SEP = "\x00"  # item ids never contain NUL (validation rejects them)
 _STRUCTS: dict[int, struct.Struct] = {}

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.options import MetricOptions
+from rankwatch.pipeline.options import MetricOptions
 
 Layout = Literal["auto", "grid", "flat"]
 

@@ -13,7 +13,7 @@ import heapq
 from collections import deque
 from typing import Any
 
-from pipeline.join import FeedbackEntry
+from rankwatch.pipeline.join import FeedbackEntry
 
 
 class ExpiringIds:

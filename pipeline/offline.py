@@ -30,19 +30,19 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pipeline.aggregates import RankingAggregate, aggregate_groups
-from pipeline.clock import Clock
-from pipeline.grouping import first_rows, order_by_request
-from pipeline.kernel import offsets_from_lengths, per_request_metrics
-from pipeline.options import MetricOptions
-from pipeline.readers import (
+from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_groups
+from rankwatch.pipeline.clock import Clock
+from rankwatch.pipeline.grouping import first_rows, order_by_request
+from rankwatch.pipeline.kernel import offsets_from_lengths, per_request_metrics
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.readers import (
     EvaluationSet,
     RequestLabels,
     read_evaluation_files,
     validate_evaluation_frame,
 )
-from pipeline.result import result_document
-from pipeline.slicing import OVERFLOW_VALUE, SLICE_LABELS, UNKNOWN_VALUE, SliceKey, SliceSpec
+from rankwatch.pipeline.result import result_document
+from rankwatch.pipeline.slicing import OVERFLOW_VALUE, SLICE_LABELS, UNKNOWN_VALUE, SliceKey, SliceSpec
 
 __all__ = [
     "BASELINE_FORMAT",

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pipeline.aggregates import RankingAggregate
-from pipeline.result import result_document
-from pipeline.slicing import SliceKey
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.result import result_document
+from rankwatch.pipeline.slicing import SliceKey
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pipeline.grouping import differs_from_previous, duplicate_positions, first_rows, renumber
-from pipeline.slicing import SLICE_LABELS, UNKNOWN_VALUE
+from rankwatch.pipeline.grouping import differs_from_previous, duplicate_positions, first_rows, renumber
+from rankwatch.pipeline.slicing import SLICE_LABELS, UNKNOWN_VALUE
 
 IntArray = npt.NDArray[np.int64]
 REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "item_id", "score", "label")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.aggregates import RankingAggregate
-from pipeline.slicing import SliceKey
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.slicing import SliceKey
 
 
 def result_document(overall: RankingAggregate, slices: dict[SliceKey, RankingAggregate]) -> dict[str, Any]:

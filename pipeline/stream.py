@@ -26,25 +26,25 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.aggregates import aggregate_lists
-from pipeline.clock import Clock, datetime_to_ms
-from pipeline.deadletter import DeadLetter, DeadLetterSink
-from pipeline.events import Feedback, Impression, SourceRef
-from pipeline.join import FinalizedBatch, PendingRequests, feedback_entry
-from pipeline.memory import EarlyFeedback, ExpiringIds
-from pipeline.options import MetricOptions
-from pipeline.published import PublishedWindow
-from pipeline.slicing import LabelCapper, SliceKey, SliceSpec
-from pipeline.snapshot import decode_snapshot, encode_snapshot
-from pipeline.validation import (
+from rankwatch.pipeline.aggregates import aggregate_lists
+from rankwatch.pipeline.clock import Clock, datetime_to_ms
+from rankwatch.pipeline.deadletter import DeadLetter, DeadLetterSink
+from rankwatch.pipeline.events import Feedback, Impression, SourceRef
+from rankwatch.pipeline.join import FinalizedBatch, PendingRequests, feedback_entry
+from rankwatch.pipeline.memory import EarlyFeedback, ExpiringIds
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.slicing import LabelCapper, SliceKey, SliceSpec
+from rankwatch.pipeline.snapshot import decode_snapshot, encode_snapshot
+from rankwatch.pipeline.validation import (
     DEFAULT_ACTION_GRADES,
     Rejection,
     RejectReason,
     feedback_or_rejection,
     impression_or_rejection,
 )
-from pipeline.watermark import Watermark
-from pipeline.windows import FinalizedStaging, WindowSet, parse_duration_ms
+from rankwatch.pipeline.watermark import Watermark
+from rankwatch.pipeline.windows import FinalizedStaging, WindowSet, parse_duration_ms
 
 STREAMS = ("impressions", "clicks")
 OUTCOMES = ("accepted", "duplicate", "rejected", "orphan", "late")

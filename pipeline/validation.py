@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from pipeline.events import Feedback, Impression
+from rankwatch.pipeline.events import Feedback, Impression
 
 DEFAULT_ACTION_GRADES: Mapping[str, int] = {"click": 1, "add_to_cart": 2, "purchase": 3}
 MAX_GRADE = 20  # 2**20 - 1 keeps exponential gains exact in float64

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.aggregates import RankingAggregate
-from pipeline.auc import ScoreHistogram
-from pipeline.clock import ms_to_datetime
-from pipeline.join import FinalizedBatch
-from pipeline.options import MetricOptions
-from pipeline.published import PublishedWindow
-from pipeline.slicing import SliceKey
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.auc import ScoreHistogram
+from rankwatch.pipeline.clock import ms_to_datetime
+from rankwatch.pipeline.join import FinalizedBatch
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.slicing import SliceKey
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")

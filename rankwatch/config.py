@@ -14,13 +14,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from consumers.settings import PASSTHROUGH_OPTIONS, KafkaSettings
-from pipeline.options import MetricOptions
-from pipeline.slicing import SliceSpec
-from pipeline.stream import StreamConfig
-from pipeline.validation import DEFAULT_ACTION_GRADES
-from pipeline.windows import parse_duration_ms
+from rankwatch.consumers.settings import PASSTHROUGH_OPTIONS, KafkaSettings
 from rankwatch.errors import ConfigError
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream import StreamConfig
+from rankwatch.pipeline.validation import DEFAULT_ACTION_GRADES
+from rankwatch.pipeline.windows import parse_duration_ms
 
 T = TypeVar("T")
 

@@ -29,18 +29,18 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from exporters.baselines import BaselineWatcher
-from exporters.collector import build_registry
-from exporters.http import MetricsServer
-from exporters.scheduling import ExporterScheduler
-from exporters.state import MetricsState, Snapshot
-from pipeline.clock import ManualClock, datetime_to_ms, ms_to_datetime
-from pipeline.generator import Regression, TrafficConfig, evaluation_frame, generate_events
-from pipeline.offline import compute_baseline, write_baseline
-from pipeline.published import PublishedWindow
-from pipeline.slicing import SliceSpec
-from pipeline.stream import StreamConfig, StreamProcessor
 from rankwatch.errors import RankwatchError
+from rankwatch.exporters.baselines import BaselineWatcher
+from rankwatch.exporters.collector import build_registry
+from rankwatch.exporters.http import MetricsServer
+from rankwatch.exporters.scheduling import ExporterScheduler
+from rankwatch.exporters.state import MetricsState, Snapshot
+from rankwatch.pipeline.clock import ManualClock, datetime_to_ms, ms_to_datetime
+from rankwatch.pipeline.generator import Regression, TrafficConfig, evaluation_frame, generate_events
+from rankwatch.pipeline.offline import compute_baseline, write_baseline
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
 
 DEMO_SLICE_BY = ("segment", "surface", "variant")
 VIEW_METRICS = ("ndcg@10", "mrr", "auc_roc")

@@ -1,13 +1,5 @@
-"""Errors that the command line turns into one line and a non-zero exit."""
+"""The command line's errors, re-exported from the core (`rankwatch.pipeline.errors`) where they live."""
 
+from rankwatch.pipeline.errors import ConfigError, RankwatchError
 
-class RankwatchError(Exception):
-    """Bad input or configuration: shown to the user as one line, exit status 1 (2 for usage)."""
-
-    exit_code = 1
-
-
-class ConfigError(RankwatchError):
-    """A configuration file or option is wrong; the message names the key."""
-
-    exit_code = 2
+__all__ = ["ConfigError", "RankwatchError"]

@@ -9,7 +9,8 @@
 #   deploy/kafka/local.sh clean    stop it and delete its data directory
 #
 # Environment: KAFKA_PORT (client port, default 9092), KAFKA_CONTROLLER_PORT (default KAFKA_PORT + 1),
-# KAFKA_HEAP (default 512m), KAFKA_START_TIMEOUT (seconds, default 90).
+# KAFKA_HEAP (default 512m), KAFKA_START_TIMEOUT (seconds, default 90), KAFKA_CLUSTER_ID (forces the id that
+# a first start formats storage with; default: a fresh one from Kafka's own generator).
 # State lives in deploy/kafka/run/<KAFKA_PORT>/ (data/, broker.log, server.properties, broker.pid), so a
 # broker for tests on a free port never touches the one a developer runs on 9092.
 set -euo pipefail
@@ -63,16 +64,32 @@ port_open() {
 }
 
 accepts_clients() {
-  # True once the broker answers a metadata request through the same client library the project uses.
-  # The cheap TCP probe first: kafka-python waits 30 s to bootstrap against a closed port.
+  # True once the broker answers a Metadata request with at least one live broker. A plain protocol probe
+  # over bash's /dev/tcp (no Python, no JVM), so this works from any shell whatever python3 is on PATH.
+  # Request: size 17, Metadata (api key 3) v4, correlation id 1, client id "rw", no topics, no auto-create.
+  # Response v4: size, correlation id, throttle_time_ms, then the brokers array's int32 count.
   port_open || return 1
-  timeout 20 python3 - "$PORT" <<'PY' >/dev/null 2>&1
-import sys
-from kafka import KafkaAdminClient
-admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{sys.argv[1]}", request_timeout_ms=3000)
-admin.list_topics()
-admin.close()
-PY
+  local answer
+  answer="$(timeout 5 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "\x00\x00\x00\x11\x00\x03\x00\x04\x00\x00\x00\x01\x00\x02rw\x00\x00\x00\x00\x00" >&3
+    head -c 16 <&3 | od -An -tu1 -v' _ "$PORT" 2>/dev/null)" || return 1
+  # shellcheck disable=SC2086
+  set -- $answer
+  [ "$#" -eq 16 ] || return 1
+  [ "$5$6$7$8" = "0001" ] || return 1                      # our correlation id
+  [ $(( ($13 << 24) | ($14 << 16) | ($15 << 8) | $16 )) -ge 1 ]  # at least one broker registered
+}
+
+new_cluster_id() {
+  # Kafka's own generator (StorageTool random-uuid) never starts an id with '-' (Uuid.randomUuid()
+  # regenerates such ids), which the StorageTool's option parser would take for an option.
+  # KAFKA_CLUSTER_ID forces an id (tests force one with a leading '-', passed safely as --cluster-id=ID).
+  if [ -n "${KAFKA_CLUSTER_ID:-}" ]; then
+    echo "$KAFKA_CLUSTER_ID"
+    return 0
+  fi
+  java_cmd kafka.tools.StorageTool random-uuid 2>>"$LOG" | tail -n 1
 }
 
 java_cmd() {
@@ -146,8 +163,10 @@ start() {
     if [ ! -f "$RUN/data/meta.properties" ]; then
       # KRaft storage is formatted once with a fresh cluster id; a restart keeps the data.
       local cluster_id
-      cluster_id="$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
-      java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN/server.properties" >>"$LOG" 2>&1 \
+      cluster_id="$(new_cluster_id)"
+      [ -n "$cluster_id" ] || { tail -20 "$LOG" >&2; die "could not make a KRaft cluster id (log: $LOG)"; }
+      # --cluster-id=ID in one word: an id starting with '-' is then never read as an option.
+      java_cmd kafka.tools.StorageTool format --cluster-id="$cluster_id" -c "$RUN/server.properties" >>"$LOG" 2>&1 \
         || { tail -20 "$LOG" >&2; die "formatting KRaft storage failed (log: $LOG)"; }
     fi
     # setsid: the broker outlives the shell (and a test's process group) that started it. The inner shell

@@ -12,7 +12,7 @@ import click
 from rankwatch.errors import ConfigError, RankwatchError
 
 if TYPE_CHECKING:
-    from pipeline.offline import BaselineResult
+    from rankwatch.pipeline.offline import BaselineResult
 
 _METRIC_FORMAT = "{:.4f}"
 
@@ -68,10 +68,10 @@ def command(
     INPUT files are CSV, JSONL or Parquet with one row per shown item: request_id, item_id, score, label
     and optionally position, segment, surface, variant, model.
     """
-    from pipeline.offline import compute_baseline, write_baseline
-    from pipeline.options import MetricOptions
-    from pipeline.readers import InvalidEvaluationData, read_evaluation_files
-    from pipeline.slicing import SliceSpec
+    from rankwatch.pipeline.offline import compute_baseline, write_baseline
+    from rankwatch.pipeline.options import MetricOptions
+    from rankwatch.pipeline.readers import InvalidEvaluationData, read_evaluation_files
+    from rankwatch.pipeline.slicing import SliceSpec
 
     both = _cutoffs(k, "--k")
     try:

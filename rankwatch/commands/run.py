@@ -41,10 +41,10 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     """Consume impressions and clicks from Kafka, publish windows, serve /metrics."""
     from datetime import UTC, datetime
 
-    from consumers.service import ConsumerService, ServiceHealth
-    from consumers.topics import TopicError
-    from consumers.windows_out import WindowsOutWriter
     from rankwatch.config import load_config
+    from rankwatch.consumers.service import ConsumerService, ServiceHealth
+    from rankwatch.consumers.topics import TopicError
+    from rankwatch.consumers.windows_out import WindowsOutWriter
 
     # Signals first: a SIGTERM during start-up must also end in a clean exit, not a default death.
     stop_requested: list[int] = []
@@ -69,11 +69,11 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         targets.append(writer.write)
     state = server = watcher = scheduler = None
     if cfg.exporter.enabled:
-        from exporters.baselines import BaselineWatcher
-        from exporters.collector import build_registry
-        from exporters.http import BasicAuth, MetricsServer, TLSConfig
-        from exporters.scheduling import ExporterScheduler
-        from exporters.state import MetricsState
+        from rankwatch.exporters.baselines import BaselineWatcher
+        from rankwatch.exporters.collector import build_registry
+        from rankwatch.exporters.http import BasicAuth, MetricsServer, TLSConfig
+        from rankwatch.exporters.scheduling import ExporterScheduler
+        from rankwatch.exporters.state import MetricsState
 
         state = MetricsState.for_stream(cfg.stream)
         targets.append(state.publish_window)

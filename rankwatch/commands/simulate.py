@@ -21,7 +21,7 @@ from rankwatch.errors import RankwatchError
 def _duration_s(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
-    from pipeline.windows import parse_duration_ms
+    from rankwatch.pipeline.windows import parse_duration_ms
 
     text = value.strip()
     try:
@@ -84,10 +84,10 @@ def command(
 
     from kafka import KafkaProducer
 
-    from consumers.producer import ProduceError, produce_events, window_closers
-    from consumers.topics import ensure_topic, partition_counts
-    from pipeline.clock import datetime_to_ms
-    from pipeline.generator import Regression, TrafficConfig, generate_events, generate_with_truth
+    from rankwatch.consumers.producer import ProduceError, produce_events, window_closers
+    from rankwatch.consumers.topics import ensure_topic, partition_counts
+    from rankwatch.pipeline.clock import datetime_to_ms
+    from rankwatch.pipeline.generator import Regression, TrafficConfig, generate_events, generate_with_truth
 
     now = datetime.now(UTC)
     if start_text is not None:

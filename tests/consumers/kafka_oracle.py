@@ -13,12 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from consumers.producer import partition_of
-from pipeline.offline import compute_baseline
-from pipeline.options import MetricOptions
-from pipeline.result import result_document
-from pipeline.slicing import SliceSpec
-from pipeline.windows import parse_duration_ms
+from rankwatch.consumers.producer import partition_of
+from rankwatch.pipeline.offline import compute_baseline
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.result import result_document
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.windows import parse_duration_ms
 
 Identity = tuple[str, str, tuple[int, ...]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Any
 
-from consumers.alignment import PartitionPair
+from rankwatch.consumers.alignment import PartitionPair
 
 TP = namedtuple("TP", "topic partition")
 Rec = namedtuple("Rec", "topic partition offset timestamp value")

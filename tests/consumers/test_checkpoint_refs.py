@@ -6,14 +6,14 @@ from typing import Any
 
 from kafka.partitioner.default import DefaultPartitioner
 
-from consumers.checkpoints import CheckpointRef
-from consumers.deadletters import KafkaDeadLetterSink
-from consumers.producer import partition_of, window_closers
-from consumers.stats import merge_stats
-from pipeline.deadletter import DeadLetter
-from pipeline.events import SourceRef
-from pipeline.stream import StreamStats
-from pipeline.validation import RejectReason
+from rankwatch.consumers.checkpoints import CheckpointRef
+from rankwatch.consumers.deadletters import KafkaDeadLetterSink
+from rankwatch.consumers.producer import partition_of, window_closers
+from rankwatch.consumers.stats import merge_stats
+from rankwatch.pipeline.deadletter import DeadLetter
+from rankwatch.pipeline.events import SourceRef
+from rankwatch.pipeline.stream import StreamStats
+from rankwatch.pipeline.validation import RejectReason
 
 
 def test_reference_round_trips_through_commit_metadata_and_foreign_metadata_is_none() -> None:

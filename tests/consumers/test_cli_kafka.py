@@ -13,10 +13,10 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka_helpers import write_config
 
-from consumers.checkpoints import CHUNK_BYTES, CheckpointStore
-from consumers.producer import partition_of
-from consumers.topics import CHECKPOINT_TOPIC_CONFIG, ensure_topic
 from rankwatch.cli import main
+from rankwatch.consumers.checkpoints import CHUNK_BYTES, CheckpointStore
+from rankwatch.consumers.producer import partition_of
+from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, ensure_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -89,7 +89,7 @@ def test_run_serves_metrics_of_the_windows_it_publishes(
 
     from kafka_helpers import start_run, stop_run, wait_for
 
-    from consumers.windows_out import read_windows
+    from rankwatch.consumers.windows_out import read_windows
 
     assert main(["simulate", "--bootstrap-servers", kafka_broker.bootstrap, "--impressions-topic", f"{unique}-imp",
                  "--clicks-topic", f"{unique}-clk", "--create-topics", "--partitions", "2", "--fast", "--rate", "5",

@@ -21,12 +21,12 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka_helpers import consuming_count, start_run, stop_run, wait_consuming, wait_for, write_config
 from kafka_oracle import assert_documents_equal, expected_windows, read_truth
 
-from consumers.producer import partition_of, produce_events, window_closers
-from consumers.topics import ensure_topic
-from consumers.windows_out import document_identity, read_windows
-from pipeline.generator import TrafficConfig, generate_with_truth
-from pipeline.validation import DEFAULT_ACTION_GRADES, Rejection, decode_feedback, decode_impression
 from rankwatch.cli import main
+from rankwatch.consumers.producer import partition_of, produce_events, window_closers
+from rankwatch.consumers.topics import ensure_topic
+from rankwatch.consumers.windows_out import document_identity, read_windows
+from rankwatch.pipeline.generator import TrafficConfig, generate_with_truth
+from rankwatch.pipeline.validation import DEFAULT_ACTION_GRADES, Rejection, decode_feedback, decode_impression
 
 pytestmark = pytest.mark.kafka
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from consumers.windows_out import WindowsOutWriter, read_windows
-from pipeline.aggregates import RankingAggregate
-from pipeline.options import MetricOptions
-from pipeline.published import PublishedWindow
+from rankwatch.consumers.windows_out import WindowsOutWriter, read_windows
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.published import PublishedWindow
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 

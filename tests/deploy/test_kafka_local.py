@@ -78,3 +78,56 @@ def test_fetch_start_stop_are_idempotent_and_the_broker_serves_clients() -> None
         assert _sh("status", port=port).returncode == 3
     finally:
         _sh("clean", port=port)
+
+
+def _env_for(port: int, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(KAFKA_PORT=str(port), KAFKA_CONTROLLER_PORT=str(port + 1), **extra)
+    return env
+
+
+def test_no_script_step_needs_python() -> None:
+    # Readiness and cluster ids come from bash and Kafka's own tools, so the script works from any shell,
+    # whatever python3 is on PATH (a system Python without kafka-python, a venv that is not activated).
+    text = LOCAL_SH.read_text(encoding="utf-8")
+    code_lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    assert not [ln for ln in code_lines if "python" in ln]
+
+
+@pytest.mark.kafka
+def test_a_cluster_id_starting_with_a_dash_formats_and_a_broken_python3_does_not_matter(tmp_path: Path) -> None:
+    # One random base64url id in 64 starts with '-', which Kafka's StorageTool read as an option. The id is
+    # now passed as --cluster-id=ID; force such an id, and put a python3 that always fails first on PATH.
+    assert _sh("fetch", timeout=600).returncode == 0
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    fake_python = fake_bin / "python3"
+    fake_python.write_text("#!/bin/sh\necho 'not this python' >&2\nexit 1\n")
+    fake_python.chmod(0o755)
+    port = _free_port()
+    env = _env_for(port, KAFKA_CLUSTER_ID="-AAAAAAAAAAAAAAAAAAAAA", PATH=f"{fake_bin}:{os.environ['PATH']}")
+    try:
+        up = subprocess.run([str(LOCAL_SH), "start"], env=env, capture_output=True, text=True, timeout=180)
+        assert up.returncode == 0, up.stderr
+        meta = (ROOT / "deploy" / "kafka" / "run" / str(port) / "data" / "meta.properties").read_text()
+        assert "cluster.id=-AAAAAAAAAAAAAAAAAAAAA" in meta
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}")
+        assert isinstance(admin.list_topics(), list)
+        admin.close()
+    finally:
+        _sh("clean", port=port)
+
+
+@pytest.mark.kafka
+def test_fresh_cluster_ids_never_start_with_a_dash() -> None:
+    # Kafka's own generator regenerates ids with a leading '-'; sample it through the script's code path.
+    assert _sh("fetch", timeout=600).returncode == 0
+    lib = ROOT / "deploy" / "kafka" / "lib"
+    out = subprocess.run(
+        ["bash", "-c", f'for i in $(seq 8); do java -cp "{lib}/*" kafka.tools.StorageTool random-uuid; done'],
+        capture_output=True, text=True, timeout=180,
+    )
+    ids = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    assert len(ids) == 8 and all(len(i) == 22 and not i.startswith("-") for i in ids)

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from pipeline.aggregates import RankingAggregate, aggregate_lists
-from pipeline.options import MetricOptions
-from pipeline.published import PublishedWindow
-from pipeline.slicing import SliceKey
+from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_lists
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.slicing import SliceKey
 
 OPTIONS = MetricOptions()
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -60,9 +60,9 @@ def write_baseline_file(
     model: str | None = None,
 ) -> dict[str, object]:
     """A baseline file written by ``pipeline.offline.write_baseline``; returns the written document."""
-    from pipeline.clock import ManualClock
-    from pipeline.offline import BaselineResult, write_baseline
-    from pipeline.slicing import SliceSpec
+    from rankwatch.pipeline.clock import ManualClock
+    from rankwatch.pipeline.offline import BaselineResult, write_baseline
+    from rankwatch.pipeline.slicing import SliceSpec
 
     by = tuple(sorted({k for key in slices for k, _ in key}))
     result = BaselineResult(

@@ -18,11 +18,11 @@ from exporter_helpers import (
     write_baseline_file,
 )
 
-from exporters.baselines import BaselineWatcher, load_baseline_file
-from exporters.collector import build_registry
-from exporters.http import MetricsServer
-from exporters.scheduling import BASELINE_JOB, ExporterScheduler
-from exporters.state import MetricsState
+from rankwatch.exporters.baselines import BaselineWatcher, load_baseline_file
+from rankwatch.exporters.collector import build_registry
+from rankwatch.exporters.http import MetricsServer
+from rankwatch.exporters.scheduling import BASELINE_JOB, ExporterScheduler
+from rankwatch.exporters.state import MetricsState
 
 KEYS = grid_keys(("new_user", "returning"), ("home_feed",))
 

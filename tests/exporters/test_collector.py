@@ -21,15 +21,15 @@ from exporter_helpers import (
     write_baseline_file,
 )
 
-from exporters.baselines import BaselineWatcher
-from exporters.collector import build_registry
-from exporters.health import HealthFigures
-from exporters.http import MetricsServer
-from exporters.state import MetricsState
-from pipeline.aggregates import RankingAggregate
-from pipeline.clock import ManualClock
-from pipeline.published import PublishedWindow
-from pipeline.slicing import SliceKey
+from rankwatch.exporters.baselines import BaselineWatcher
+from rankwatch.exporters.collector import build_registry
+from rankwatch.exporters.health import HealthFigures
+from rankwatch.exporters.http import MetricsServer
+from rankwatch.exporters.state import MetricsState
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.slicing import SliceKey
 
 METRICS = ("mrr", "ndcg@5", "ndcg@10", "map@10", "auc_roc", "auc_pr")
 SEGMENTS = ("new_user", "returning", "power")
@@ -276,7 +276,7 @@ def test_cached_exposition_equals_prometheus_client_rendering(monkeypatch) -> No
     from prometheus_client import generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-    import exporters.collector as collector_module
+    import rankwatch.exporters.collector as collector_module
 
     rng = np.random.default_rng(31)
     keys = grid_keys(SEGMENTS, SURFACES)

@@ -7,8 +7,8 @@ from exporter_helpers import OPTIONS, grid_keys, random_window
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.folding import ExporterLabelCapper, group_by_labels, merge_aggregates, rollups
-from pipeline.aggregates import RankingAggregate
+from rankwatch.exporters.folding import ExporterLabelCapper, group_by_labels, merge_aggregates, rollups
+from rankwatch.pipeline.aggregates import RankingAggregate
 
 
 def same(a: RankingAggregate, b: RankingAggregate) -> bool:

@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 from exporter_helpers import T0, one, parse_exposition, select
 from prometheus_client import generate_latest
 
-from exporters.collector import build_registry
-from exporters.health import health_from_stats
-from exporters.state import MetricsState
-from pipeline.clock import ManualClock, datetime_to_ms
-from pipeline.slicing import SliceSpec
-from pipeline.stream import OUTCOMES, StreamConfig, StreamProcessor
+from rankwatch.exporters.collector import build_registry
+from rankwatch.exporters.health import health_from_stats
+from rankwatch.exporters.state import MetricsState
+from rankwatch.pipeline.clock import ManualClock, datetime_to_ms
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream import OUTCOMES, StreamConfig, StreamProcessor
 
 
 def _impression(i: int, ts: int, segment: str) -> bytes:

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from exporter_helpers import grid_keys, one, parse_exposition, random_window, scrape
 
-from exporters.collector import build_registry
-from exporters.http import BasicAuth, MetricsServer, TLSConfig
-from exporters.state import MetricsState
+from rankwatch.exporters.collector import build_registry
+from rankwatch.exporters.http import BasicAuth, MetricsServer, TLSConfig
+from rankwatch.exporters.state import MetricsState
 
 
 def self_signed(tmp_path) -> tuple[str, str]:

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from exporter_helpers import T0
 
-from exporters.scheduling import BASELINE_JOB, LAG_JOB, TICK_JOB, ExporterScheduler
-from exporters.state import MetricsState
-from pipeline.clock import ManualClock, datetime_to_ms
-from pipeline.stream import StreamConfig, StreamProcessor
+from rankwatch.exporters.scheduling import BASELINE_JOB, LAG_JOB, TICK_JOB, ExporterScheduler
+from rankwatch.exporters.state import MetricsState
+from rankwatch.pipeline.clock import ManualClock, datetime_to_ms
+from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
 
 
 def _wait(predicate, timeout_s: float = 10.0) -> bool:
@@ -101,7 +101,7 @@ def test_scheduler_validates_arguments(tmp_path) -> None:
         ExporterScheduler(lag=dict)
     with pytest.raises(ValueError, match="positive"):
         ExporterScheduler(tick=lambda: None, tick_interval_s=0)
-    from exporters.baselines import BaselineWatcher
+    from rankwatch.exporters.baselines import BaselineWatcher
 
     scheduler = ExporterScheduler(baselines=BaselineWatcher([tmp_path / "b.json"], MetricsState()))
     assert scheduler.job_ids == [BASELINE_JOB]

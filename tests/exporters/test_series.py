@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.series import SeriesValues, drift
+from rankwatch.exporters.series import SeriesValues, drift
 
 LABELS = st.tuples(
     st.sampled_from(["a", "b", "all"]), st.sampled_from(["x", "all"]), st.sampled_from(["c", "all"])

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from exporter_helpers import OPTIONS, T0, grid_keys, parse_exposition, scrape, select
 
-from exporters.collector import build_registry
-from exporters.http import MetricsServer
-from exporters.state import MetricsState
-from pipeline.aggregates import RankingAggregate, aggregate_lists
-from pipeline.published import PublishedWindow
-from pipeline.stream import StreamConfig
+from rankwatch.exporters.collector import build_registry
+from rankwatch.exporters.http import MetricsServer
+from rankwatch.exporters.state import MetricsState
+from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_lists
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.stream import StreamConfig
 
 
 def test_cardinality_attack_is_bounded_and_counted() -> None:

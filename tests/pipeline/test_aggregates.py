@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from naive_metrics import mean_metrics
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from pipeline.aggregates import MetricSum, RankingAggregate, aggregate_groups, aggregate_lists
-from pipeline.auc import ScoreHistogram
-from pipeline.kernel import flatten_lists, per_request_metrics
-from pipeline.options import MetricOptions
+from rankwatch.pipeline.aggregates import MetricSum, RankingAggregate, aggregate_groups, aggregate_lists
+from rankwatch.pipeline.auc import ScoreHistogram
+from rankwatch.pipeline.kernel import flatten_lists, per_request_metrics
+from rankwatch.pipeline.options import MetricOptions
 
 TOL = 1e-9
 item = st.tuples(st.sampled_from([0, 0, 0, 1, 2, 3]), st.sampled_from([-2.0, 0.0, 0.1, 0.5, 0.9, 1.5, 3.0]))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from naive_metrics import auc_roc as naive_auc_roc
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from pipeline.auc import ScoreHistogram, histograms_by_group
+from rankwatch.pipeline.auc import ScoreHistogram, histograms_by_group
 
 TOL = 1e-9
 # Few distinct values give many ties; the extremes check that nothing overflows or loses order.

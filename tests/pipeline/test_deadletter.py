@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import json
 
-from pipeline.deadletter import DeadLetter, JsonlDeadLetterSink, ListDeadLetterSink
-from pipeline.events import SourceRef
-from pipeline.validation import RejectReason
+from rankwatch.pipeline.deadletter import DeadLetter, JsonlDeadLetterSink, ListDeadLetterSink
+from rankwatch.pipeline.events import SourceRef
+from rankwatch.pipeline.validation import RejectReason
 
 
 def test_list_sink_keeps_letters():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.events import Feedback, Impression, SourceRef
+from rankwatch.pipeline.events import Feedback, Impression, SourceRef
 
 
 def test_source_ref_is_a_tuple():

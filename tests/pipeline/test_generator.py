@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from pipeline.aggregates import RankingAggregate
-from pipeline.generator import (
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.generator import (
     ROW_COLUMNS,
     Regression,
     TrafficConfig,
@@ -20,8 +20,8 @@ from pipeline.generator import (
     generate_with_truth,
     ground_truth_rows,
 )
-from pipeline.options import MetricOptions
-from pipeline.validation import Rejection, decode_feedback, decode_impression
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.validation import Rejection, decode_feedback, decode_impression
 
 START = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 CFG = TrafficConfig(seed=4, start=START, duration_s=900, requests_per_second=0.5, duplicate_rate=0.1,

@@ -9,9 +9,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.events import Impression
-from pipeline.join import FinalizedBatch, PendingRequests
-from pipeline.validation import RejectReason
+from rankwatch.pipeline.events import Impression
+from rankwatch.pipeline.join import FinalizedBatch, PendingRequests
+from rankwatch.pipeline.validation import RejectReason
 
 ATTR = 1_000
 

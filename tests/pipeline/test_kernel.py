@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from naive_metrics import request_metrics
 
-from pipeline.kernel import check_lists, flatten_lists, offsets_from_lengths, per_request_metrics
-from pipeline.options import MetricOptions
+from rankwatch.pipeline.kernel import check_lists, flatten_lists, offsets_from_lengths, per_request_metrics
+from rankwatch.pipeline.options import MetricOptions
 
 TOL = 1e-9
 LAYOUTS = ("grid", "flat")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.memory import EarlyFeedback, ExpiringIds
+from rankwatch.pipeline.memory import EarlyFeedback, ExpiringIds
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from naive_metrics import auc_roc, mean_metrics, order_by_score
 from sklearn.metrics import average_precision_score
 
-from pipeline.clock import ManualClock
-from pipeline.offline import (
+from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.offline import (
     BASELINE_FORMAT,
     compute_baseline,
     load_baseline,
@@ -23,9 +23,9 @@ from pipeline.offline import (
     rank_order,
     write_baseline,
 )
-from pipeline.options import MetricOptions
-from pipeline.readers import InvalidEvaluationData, read_evaluation_files, validate_evaluation_frame
-from pipeline.slicing import SliceSpec
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.readers import InvalidEvaluationData, read_evaluation_files, validate_evaluation_frame
+from rankwatch.pipeline.slicing import SliceSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TOL = 1e-9

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.slicing import OVERFLOW_VALUE, LabelCapper, SliceSpec, prometheus_labels
+from rankwatch.pipeline.slicing import OVERFLOW_VALUE, LabelCapper, SliceSpec, prometheus_labels
 
 
 def test_spec_defaults_and_canonical_order() -> None:

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.clock import ManualClock
-from pipeline.generator import TrafficConfig, generate_events
-from pipeline.snapshot import SnapshotError
-from pipeline.stream import StreamConfig, StreamProcessor
+from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.generator import TrafficConfig, generate_events
+from rankwatch.pipeline.snapshot import SnapshotError
+from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
 
 START = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 CFG = TrafficConfig(
@@ -97,9 +97,9 @@ def test_restore_in_a_fresh_process(events, reference, tmp_path: Path):
 import json, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_snapshot import CFG, STREAM, START, feed, stats_dict
-from pipeline.clock import ManualClock
-from pipeline.generator import generate_events
-from pipeline.stream import StreamProcessor
+from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.generator import generate_events
+from rankwatch.pipeline.stream import StreamProcessor
 events = list(generate_events(CFG))
 proc = StreamProcessor.restore(open({str(snap)!r}, "rb").read(), config=STREAM, clock=ManualClock(START))
 out = feed(proc, events[{k}:])

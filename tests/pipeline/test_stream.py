@@ -12,17 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.aggregates import RankingAggregate
-from pipeline.clock import ManualClock, datetime_to_ms
-from pipeline.deadletter import ListDeadLetterSink
-from pipeline.events import SourceRef
-from pipeline.generator import TrafficConfig, generate_with_truth
-from pipeline.options import MetricOptions
-from pipeline.published import PublishedWindow
-from pipeline.result import result_document
-from pipeline.slicing import SliceSpec
-from pipeline.stream import StreamConfig, StreamProcessor
-from pipeline.validation import RejectReason
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.clock import ManualClock, datetime_to_ms
+from rankwatch.pipeline.deadletter import ListDeadLetterSink
+from rankwatch.pipeline.events import SourceRef
+from rankwatch.pipeline.generator import TrafficConfig, generate_with_truth
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.result import result_document
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
+from rankwatch.pipeline.validation import RejectReason
 
 START = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 T0 = datetime_to_ms(START)
@@ -98,14 +98,14 @@ def test_parity_every_window_and_slice(messy):
 
 
 def test_parity_with_offline_baseline_when_available(messy):
-    offline = pytest.importorskip("pipeline.offline")
+    offline = pytest.importorskip("rankwatch.pipeline.offline")
     _, truth, _, published, _ = messy
     w = next(w for w in published if w.window == "1h")
     rows = truth[(truth.request_ts >= w.start) & (truth.request_ts < w.end)].drop(columns=["request_ts"])
     try:
         baseline = offline.compute_baseline(rows)
     except TypeError as e:  # the offline module is being written against a newer kernel
-        pytest.skip(f"pipeline.offline not usable yet: {e}")
+        pytest.skip(f"rankwatch.pipeline.offline not usable yet: {e}")
     assert_same_document(w.document(), baseline.document())
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.events import Feedback, Impression
-from pipeline.validation import (
+from rankwatch.pipeline.events import Feedback, Impression
+from rankwatch.pipeline.validation import (
     MAX_TS_MS,
     Rejection,
     RejectReason,

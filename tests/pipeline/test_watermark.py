@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.watermark import Watermark
+from rankwatch.pipeline.watermark import Watermark
 
 
 def test_single_partition_is_max_minus_disorder_and_monotonic():

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.aggregates import RankingAggregate
-from pipeline.join import FinalizedBatch
-from pipeline.options import MetricOptions
-from pipeline.windows import FinalizedStaging, SliceAccumulator, WindowSet, parse_duration_ms
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.join import FinalizedBatch
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.windows import FinalizedStaging, SliceAccumulator, WindowSet, parse_duration_ms
 
 OPTS = MetricOptions()
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.offline import compute_baseline, load_baseline
-from pipeline.options import MetricOptions
-from pipeline.slicing import SliceSpec
 from rankwatch.cli import main
+from rankwatch.pipeline.offline import compute_baseline, load_baseline
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.slicing import SliceSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "eval.csv")

@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.aggregates import RankingAggregate
-from pipeline.generator import TrafficConfig, generate_with_truth
-from pipeline.options import MetricOptions
-from pipeline.result import result_document
 from rankwatch.cli import main
+from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.generator import TrafficConfig, generate_with_truth
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.result import result_document
 
 START = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 CFG = TrafficConfig(seed=31, start=START, duration_s=2 * 3600, requests_per_second=0.25, duplicate_rate=0.05,
