@@ -22,7 +22,9 @@ from rankwatch.pipeline.events import Feedback, Impression
 DEFAULT_ACTION_GRADES: Mapping[str, int] = {"click": 1, "add_to_cart": 2, "purchase": 3}
 MAX_GRADE = 20  # 2**20 - 1 keeps exponential gains exact in float64
 MAX_POSITION = 2**31 - 1
-MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+# 9998-12-31T23:59:59.999Z, not the end of 9999: a window that starts at the last accepted timestamp must
+# still end inside datetime's range (a year-long window included), or publishing it would overflow.
+MAX_TS_MS = 253_370_764_799_999
 MAX_LABEL_CHARS = 256
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)

@@ -354,3 +354,25 @@ def test_arbitrary_event_sequences_never_crash_and_add_up(seq):
     assert sum(stats.outcomes["clicks"].values()) == len(seq) - n_imp
     assert stats.pending_requests == 0 and stats.pending_feedback == 0
     assert sum(w.overall.requests for w in published) == stats.finalized_requests
+
+
+def test_the_last_accepted_timestamp_publishes_its_windows() -> None:
+    # Found by hypothesis: a request at the very end of the accepted range once overflowed datetime when its
+    # window was published. The accepted range now ends a year early (validation.MAX_TS_MS).
+    import json
+
+    from rankwatch.pipeline.validation import MAX_TS_MS
+
+    def impression(event_id: str, request_id: str, ts: int) -> bytes:
+        return json.dumps({"event_id": event_id, "request_id": request_id, "ts": ts, "segment": "s",
+                           "surface": "f", "items": [{"item_id": "a", "position": 1, "score": 0.5},
+                                                     {"item_id": "b", "position": 2, "score": 0.1}]}).encode()
+
+    proc = StreamProcessor(StreamConfig(), clock=ManualClock(START))
+    proc.process_impression(impression("e1", "r1", MAX_TS_MS))
+    proc.process_feedback(json.dumps({"event_id": "c1", "request_id": "r1", "item_id": "a", "ts": MAX_TS_MS,
+                                      "action": "click"}).encode())
+    published = proc.flush()
+    assert published and all(w.overall.requests == 1 for w in published)
+    assert proc.process_impression(impression("e2", "r2", MAX_TS_MS + 1)) == []
+    assert proc.stats().rejects == {("impressions", RejectReason.bad_timestamp.value): 1}

@@ -59,7 +59,7 @@ def test_rfc3339_times_with_zones(text):
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9999, 1, 1),
+@given(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9998, 12, 30),
                     timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=8))])))
 def test_rfc3339_matches_epoch_ms(when):
     when = when.replace(microsecond=when.microsecond // 1000 * 1000)
