@@ -147,7 +147,7 @@ def compare_means(t: ArmEstimate, c: ArmEstimate, *, alpha: float = 0.05, n_star
     denom = (vt * vt / (t.n - 1) if vt else 0.0) + (vc * vc / (c.n - 1) if vc else 0.0)
     df = var * var / denom if denom > 0 else math.inf
     lift, lift_se = _lift(t.mean, vt, c.mean, vc)
-    z = stats.norm.ppf(1.0 - alpha / 2.0)
+    z = float(stats.norm.ppf(1.0 - alpha / 2.0))
     mult = mixture_multiplier(t.n + c.n, alpha, n_star)
     p: float | None
     p_seq: float | None

@@ -30,6 +30,34 @@ def window_sink(*targets: Callable[[Any], object]) -> Callable[[Any], None]:
     return sink
 
 
+def experiment_collector(cfg: Any) -> Any:
+    """The ``rankwatch_experiment_*`` collector of the configured request-unit experiments (None: none).
+
+    The windows must be sliced by each experiment's arm label (``[slices] by``), else a ConfigError.
+    Experiments with ``unit = "user"`` are not exported yet (docs/experiments.md): logged and skipped.
+    """
+    from rankwatch.errors import ConfigError
+    from rankwatch.exporters.experiments import ExperimentCollector
+    from rankwatch.pipeline.abonline import ExperimentAccumulator
+    from rankwatch.pipeline.windows import parse_duration_ms
+
+    if not cfg.experiments:
+        return None
+    by = cfg.stream.slice_spec.by
+    smallest = min(cfg.stream.windows, key=parse_duration_ms)
+    accumulators = []
+    for spec in cfg.experiments:
+        if spec.label not in by:
+            raise ConfigError(f"experiment {spec.name!r}: its arm label {spec.label!r} must be in [slices] by "
+                              f"(now {', '.join(by) or 'nothing'})")  # fmt: skip
+        if spec.unit == "user":
+            logging.getLogger("rankwatch").warning(
+                "experiment %r: unit = 'user' is not exported online yet; use rankwatch ab on logs", spec.name)
+            continue
+        accumulators.append(ExperimentAccumulator(spec, cfg.stream.metric_options, slice_by=by, window=smallest))
+    return ExperimentCollector(accumulators) if accumulators else None
+
+
 @click.command("run")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="TOML configuration (see docs/kafka.md and examples/rankwatch.toml).")
@@ -77,6 +105,9 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
 
         state = MetricsState.for_stream(cfg.stream)
         targets.append(state.publish_window)
+        experiments = experiment_collector(cfg)
+        if experiments is not None:
+            targets.append(experiments.publish_window)
         if cfg.baselines:
             watcher = BaselineWatcher(list(cfg.baselines), state)
             watcher.load_initial()
@@ -97,7 +128,10 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             tls = TLSConfig(str(ex.tls_certfile), str(ex.tls_keyfile)) if ex.tls_certfile and ex.tls_keyfile else None
             auth = (BasicAuth.from_file(ex.basic_auth_user, str(ex.basic_auth_password_file))
                     if ex.basic_auth_password_file else None)
-            server = MetricsServer(build_registry(state), bind=ex.host, port=ex.port, tls=tls, auth=auth,
+            registry = build_registry(state)
+            if experiments is not None:
+                registry.register(experiments)
+            server = MetricsServer(registry, bind=ex.host, port=ex.port, tls=tls, auth=auth,
                                    ready=service.ready).start()
         except (OSError, ValueError) as e:
             raise RankwatchError(f"exporter cannot listen on {cfg.exporter.host}:{cfg.exporter.port}: {e}") from None

@@ -1,0 +1,73 @@
+"""``rankwatch_experiment_*`` families: the cumulative sums of the experiment state, summed over instances."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rankwatch.commands.run import experiment_collector
+from rankwatch.config import config_from_dict
+from rankwatch.errors import ConfigError
+from rankwatch.exporters.experiments import FAMILIES, ExperimentCollector
+from rankwatch.pipeline.abonline import ExperimentAccumulator
+from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.experiment import ExperimentSpec
+from rankwatch.pipeline.generator import ExperimentTraffic, TrafficConfig, generate_events
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
+
+
+def _published(seed: int) -> list:
+    cfg = TrafficConfig(seed=seed, duration_s=600, requests_per_second=8, experiment=ExperimentTraffic(users=100))
+    config = StreamConfig(windows=("5m",), slice_spec=SliceSpec(by=("segment", "surface", "variant")))
+    proc = StreamProcessor(config, clock=ManualClock())
+    out = []
+    for e in generate_events(cfg):
+        out += (proc.process_impression if e.stream == "impressions" else proc.process_feedback)(e.value)
+    return out + proc.flush()
+
+
+def _scrape(collector: ExperimentCollector) -> dict[tuple[str, frozenset], float]:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_families_carry_the_cumulative_sums_and_add_up_over_instances() -> None:
+    spec = ExperimentSpec(name="exp", split={"control": 1, "treatment": 1})
+    by = ("segment", "surface", "variant")
+    windows = _published(3)
+    whole = ExperimentCollector([ExperimentAccumulator(spec, StreamConfig().metric_options, slice_by=by, window="5m")])
+    halves = [ExperimentCollector([ExperimentAccumulator(spec, StreamConfig().metric_options, slice_by=by, window="5m")])
+              for _ in range(2)]
+    for i, pw in enumerate(windows):
+        whole.publish_window(pw)
+        halves[i % 2].publish_window(pw)  # two instances holding different windows
+    full = _scrape(whole)
+    parts = [_scrape(h) for h in halves]
+    assert {name for name, _ in full} == set(FAMILIES)
+    acc = whole.accumulators[0]
+    overall = acc.cells[("treatment", ())]
+    key = frozenset({"experiment": "exp", "arm": "treatment", "role": "treatment", "segment": "all",
+                     "surface": "all", "metric": "ndcg@10"}.items())
+    assert full[("rankwatch_experiment_observations", key)] == overall.sums["ndcg@10"].count
+    assert full[("rankwatch_experiment_sum_of_values", key)] == pytest.approx(overall.sums["ndcg@10"].total, rel=1e-12)
+    for (name, labels), value in full.items():
+        if name in ("rankwatch_experiment_observations", "rankwatch_experiment_sum_of_values",
+                    "rankwatch_experiment_sum_of_squares", "rankwatch_experiment_requests"):
+            assert sum(p.get((name, labels), 0.0) for p in parts) == pytest.approx(value, rel=1e-12), (name, labels)
+
+
+def test_run_refuses_an_experiment_whose_arm_is_not_sliced(tmp_path: Path) -> None:
+    cfg = config_from_dict({"experiments": [{"name": "x"}]})
+    with pytest.raises(ConfigError, match="arm label 'variant' must be in \\[slices\\] by"):
+        experiment_collector(cfg)
+    ok = config_from_dict({"slices": {"by": ["segment", "surface", "variant"]}, "experiments": [{"name": "x"}]})
+    assert isinstance(experiment_collector(ok), ExperimentCollector)
+    user = config_from_dict({"slices": {"by": ["segment", "variant"]}, "experiments": [{"name": "x", "unit": "user"}]})
+    assert experiment_collector(user) is None
