@@ -32,6 +32,7 @@ from rich.text import Text
 from rankwatch.errors import RankwatchError
 from rankwatch.exporters.baselines import BaselineWatcher
 from rankwatch.exporters.collector import build_registry
+from rankwatch.exporters.experiments import ExperimentCollector
 from rankwatch.exporters.http import MetricsServer
 from rankwatch.exporters.scheduling import ExporterScheduler
 from rankwatch.exporters.state import MetricsState, Snapshot
@@ -159,8 +160,10 @@ class DemoRunner:
             write_demo_baseline(self.traffic, self.options, baseline_path, self.config)
             watcher = BaselineWatcher([baseline_path], self.state)
             watcher.load_initial(strict=True)
+            registry = build_registry(self.state, event_clock=self.clock)
+            registry.register(ExperimentCollector([self.experiment]))  # rankwatch_experiment_* (the A/B board)
             server = MetricsServer(
-                build_registry(self.state, event_clock=self.clock),
+                registry,
                 bind=self.options.bind,
                 port=self.options.port,
             )
@@ -250,8 +253,7 @@ class DemoRunner:
     def _publish(self, windows: list[PublishedWindow]) -> None:
         for pw in windows:
             self.state.publish_window(pw)
-            if self.experiment is not None:
-                self.experiment.add(pw)
+            self.experiment.add(pw)
             doc = pw.document()
             self.summary.windows.append((pw.window, doc["start"]))
             if self._windows_out is not None:
@@ -259,7 +261,7 @@ class DemoRunner:
                 self._windows_out.flush()
             if not self.console.is_terminal and pw.window == "5m":
                 self._say(plain_line(pw, self.state.snapshot()))
-                if self.experiment is not None:
+                if self.options.experiment is not None:
                     self._say(experiment_line(self.experiment))
 
     # -- output --------------------------------------------------------------------------------------------
@@ -268,7 +270,7 @@ class DemoRunner:
 
     def _render(self) -> Group:
         view = render_view(self.state.snapshot(), self.clock.now(), self.options, self.summary.url)
-        if self.experiment is None:
+        if self.options.experiment is None:
             return view
         return Group(view, experiment_table(self.experiment))
 
@@ -277,16 +279,15 @@ EXPERIMENT_METRIC = "ndcg@10"
 
 
 def demo_experiment(options: DemoOptions, config: StreamConfig) -> Any:
-    """The cumulative A/B state of the demo's experiment (None without one)."""
-    if options.experiment is None:
-        return None
+    """The cumulative A/B state of the demo's variants (an A/A test unless ``options.experiment`` is set)."""
     from rankwatch.pipeline.abonline import ExperimentAccumulator
     from rankwatch.pipeline.experiment import ExperimentSpec
 
-    arms = options.experiment.arms
+    arms = options.experiment.arms if options.experiment else options.variants
+    shares = options.experiment.shares if options.experiment else (1.0,) * len(arms)
     spec = ExperimentSpec(name="demo", control=arms[0], treatments=arms[1:], min_requests=200,
-                          split=dict(zip(arms, options.experiment.shares, strict=True)))  # fmt: skip
-    return ExperimentAccumulator(spec, config.metric_options, slice_by=("segment",), window="5m")
+                          split=dict(zip(arms, shares, strict=True)))  # fmt: skip
+    return ExperimentAccumulator(spec, config.metric_options, slice_by=("segment", "surface"), window="5m")
 
 
 def _experiment_rows(acc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -310,7 +311,7 @@ def experiment_line(acc: Any) -> str:
     if srm["mismatch"]:
         line += " MISMATCH"
     if worst:
-        line += "; worse in " + ", ".join(c["segment"] for c in worst)
+        line += "; worse in " + ", ".join(f"{c['segment']}/{c['surface']}" for c in worst)
     return line
 
 
@@ -319,16 +320,16 @@ def experiment_table(acc: Any) -> Group:
     doc, rows = _experiment_rows(acc)
     srm = doc["srm"]
     table = Table(header_style="bold", title=None)
-    for col in ("segment", "n treatment", "n control", f"{EXPERIMENT_METRIC} lift", "fixed 95 %", "always-valid",
+    for col in ("segment", "surface", "n treatment", "n control", f"{EXPERIMENT_METRIC} lift", "fixed 95 %", "always-valid",
                 "p adj", "verdict"):
-        table.add_column(col, justify="left" if col in ("segment", "verdict") else "right")
+        table.add_column(col, justify="left" if col in ("segment", "surface", "verdict") else "right")
 
     def pct(pair: list[float] | None) -> str:
         return "-" if pair is None else f"[{pair[0]:+.1%}, {pair[1]:+.1%}]"
 
     for c in rows:
         style = {"worse": "red bold", "better": "green"}.get(c["verdict"], "")
-        table.add_row(c["segment"], str(c["n"]), str(c["n_control"]), "-" if c["lift"] is None else f"{c['lift']:+.2%}",
+        table.add_row(c["segment"], c["surface"], str(c["n"]), str(c["n_control"]), "-" if c["lift"] is None else f"{c['lift']:+.2%}",
                       pct(c["lift_ci"]), pct(c["lift_ci_sequential"]),
                       "-" if c["p_adjusted"] is None else f"{c['p_adjusted']:.4f}", c["verdict"], style=style)  # fmt: skip
     observed = ", ".join(f"{a} {n}" for a, n in srm["observed"].items())

@@ -29,6 +29,8 @@ def _csv(values: tuple[str, ...]) -> list[str]:
 @click.argument("inputs", nargs=-1, metavar="[INPUT...]")
 @click.option("--impressions", "impression_files", multiple=True, metavar="FILE", help="Impression log (JSONL, .gz).")
 @click.option("--clicks", "click_files", multiple=True, metavar="FILE", help="Feedback log (JSONL, .gz).")
+@click.option("--prometheus", "prometheus_url", default=None, metavar="URL",
+              help="A running fleet: read the rankwatch_experiment_* sums through Prometheus' HTTP API.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               help="TOML with [[experiments]] (the run configuration).")
 @click.option("--experiment", "experiment_name", default=None, help="Which [[experiments]] entry (default: the only one).")
@@ -54,7 +56,7 @@ def _csv(values: tuple[str, ...]) -> list[str]:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def command(
     inputs: tuple[str, ...], impression_files: tuple[str, ...], click_files: tuple[str, ...],
-    config_path: Path | None, experiment_name: str | None, name: str, label: str | None, control: str | None,
+    prometheus_url: str | None, config_path: Path | None, experiment_name: str | None, name: str, label: str | None, control: str | None,
     treatments: tuple[str, ...], split: str | None, start: str | None, unit: str | None, alpha: float | None,
     min_requests: int | None, min_positives: int | None, min_negatives: int | None, n_star: int | None,
     decision: str | None, by: str, ks: str | None, attribution_window: str, skip_invalid: bool, fmt: str,
@@ -75,7 +77,24 @@ def command(
                  "split": _split(split) if split else None, "start": start, "unit": unit, "alpha": alpha,
                  "min_requests": min_requests, "min_positives": min_positives, "min_negatives": min_negatives,
                  "n_star": n_star, "decision": decision}  # fmt: skip
-    spec = _spec(config_path, experiment_name, name, {k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if prometheus_url is not None:
+        if inputs or impression_files or click_files:
+            raise ConfigError("--prometheus reads a running fleet: give no INPUT or --impressions")
+        base = None
+        if config_path is not None:
+            base = _spec(config_path, experiment_name, name, given)
+        elif given:
+            base = _spec(None, None, name, given)
+        wanted = experiment_name or (base.name if base is not None and config_path is not None else None)
+        data = prometheus_data(prometheus_url, wanted, base)
+        doc = experiment_report(data)
+        if fmt == "json":
+            click.echo(json.dumps(doc, indent=2, allow_nan=False))
+        else:
+            _print_table(doc, ("segment", "surface"))
+        return
+    spec = _spec(config_path, experiment_name, name, given)
     try:
         cut = tuple(int(k) for k in _csv((ks,))) if ks else ()
         options = MetricOptions(ndcg_cutoffs=cut, map_cutoffs=cut) if cut else MetricOptions()
@@ -265,3 +284,85 @@ def _print_table(doc: dict[str, Any], by: tuple[str, ...]) -> None:
         notes.append(f"{exp['users_folded']:,} users past the per-user cap share hashed buckets")
     for note in notes:
         console.print(note)
+
+
+def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: float = 10.0) -> Any:
+    """The experiment's cells from a fleet: the ``rankwatch_experiment_*`` samples summed over instances.
+
+    ``base`` (an ExperimentSpec from ``--config`` or None) supplies alpha, minimums and the decision; the
+    arms, roles and split come from the exported labels. AUC comparisons need histograms, which are not
+    exported: they come out as insufficient data.
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from rankwatch.pipeline.abdata import ArmCell, ExperimentData
+    from rankwatch.pipeline.aggregates import MetricSum, RankingAggregate
+    from rankwatch.pipeline.experiment import experiment_from_dict
+    from rankwatch.pipeline.options import MetricOptions
+    from rankwatch.pipeline.slicing import ALL_VALUE, SliceSpec
+
+    def query(family: str) -> list[tuple[dict[str, str], float]]:
+        selector = f'{family}{{experiment="{spec_name}"}}' if spec_name else family
+        target = url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": selector})
+        try:
+            with urllib.request.urlopen(target, timeout=timeout_s) as resp:
+                body = json.loads(resp.read().decode("utf-8"))
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise RankwatchError(f"cannot query Prometheus at {url}: {getattr(e, 'reason', e)}") from None
+        if body.get("status") != "success":
+            raise RankwatchError(f"Prometheus at {url}: {body.get('error', 'query failed')}")
+        return [(r["metric"], float(r["value"][1])) for r in body["data"]["result"]]
+
+    shares = query("rankwatch_experiment_expected_share")
+    names = sorted({labels["experiment"] for labels, _v in shares})
+    if not names:
+        raise RankwatchError(f"Prometheus at {url} has no rankwatch_experiment_* series"
+                             + (f" for experiment {spec_name!r}" if spec_name else ""))  # fmt: skip
+    if len(names) > 1:
+        raise RankwatchError(f"several experiments in Prometheus, pick one with --experiment ({', '.join(names)})")
+    name = names[0]
+    roles = {labels["arm"]: labels.get("role", "treatment") for labels, _v in shares}
+    split = {labels["arm"]: v for labels, v in shares}
+    controls = [a for a, r in roles.items() if r == "control"]
+    if len(controls) != 1:
+        raise RankwatchError(f"experiment {name!r}: expected one control arm in Prometheus, found {controls}")
+    merged = {**(base.to_dict() if base is not None else {}), "name": name, "control": controls[0],
+              "treatments": sorted(a for a in roles if a != controls[0]), "split": split}  # fmt: skip
+    merged.pop("n_star", None) if base is None else None
+    try:
+        spec = experiment_from_dict(merged)
+    except ValueError as e:
+        raise ConfigError(f"experiment {e}") from None
+
+    def total(family: str) -> dict[tuple[str, ...], float]:
+        out: dict[tuple[str, ...], float] = {}
+        for labels, value in query(family):
+            key = (labels["arm"], labels.get("segment", ALL_VALUE), labels.get("surface", ALL_VALUE),
+                   labels.get("metric", ""))  # fmt: skip
+            out[key] = out.get(key, 0.0) + value
+        return out
+
+    counts, sums, squares = (total(f"rankwatch_experiment_{f}") for f in ("observations", "sum_of_values",
+                                                                            "sum_of_squares"))  # fmt: skip
+    requests = total("rankwatch_experiment_requests")
+    metrics = sorted({k[3] for k in counts}, key=lambda m: (m != "mrr", m.split("@")[0], int(m.split("@")[1] or 0)
+                                                             if "@" in m else 0))  # fmt: skip
+    ndcg = tuple(int(m.split("@")[1]) for m in metrics if m.startswith("ndcg@"))
+    map_k = tuple(int(m.split("@")[1]) for m in metrics if m.startswith("map@"))
+    options = MetricOptions(ndcg_cutoffs=ndcg, map_cutoffs=map_k)
+    cells: dict[Any, ArmCell] = {}
+    for (arm, segment, surface, _m), n in requests.items():
+        agg = RankingAggregate(options)
+        agg.requests = int(n)
+        for metric in options.rank_metric_names:
+            k = (arm, segment, surface, metric)
+            agg.sums[metric] = MetricSum(int(counts.get(k, 0)), sums.get(k, 0.0), squares.get(k, 0.0))
+        key = () if segment == ALL_VALUE and surface == ALL_VALUE else (("segment", segment), ("surface", surface))
+        cells[(arm, key)] = ArmCell(agg)
+    for arm in spec.arms:
+        cells.setdefault((arm, ()), ArmCell(RankingAggregate(options)))
+    return ExperimentData(spec=spec, options=options, slice_spec=SliceSpec(by=("segment", "surface")), cells=cells,
+                          requests={a: cells[(a, ())].aggregate.requests for a in spec.arms},
+                          users=dict.fromkeys(spec.arms, 0))  # fmt: skip

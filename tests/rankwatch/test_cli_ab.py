@@ -213,3 +213,73 @@ def test_config_experiment_start_and_arms(tmp_path: Path, capsys) -> None:
                                                               & (firsts["variant"] != "c")).sum())
     assert {c["treatment"] for c in doc["comparisons"]} == {"b"}
     assert not math.isnan(doc["srm"]["p_value"])
+
+
+def test_prometheus_source_equals_the_accumulated_report(capsys) -> None:
+    """A fake Prometheus serving two instances' rankwatch_experiment_* samples through /api/v1/query."""
+    import threading
+    import urllib.parse
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rankwatch.exporters.experiments import ExperimentCollector
+    from rankwatch.pipeline.abonline import ExperimentAccumulator
+    from rankwatch.pipeline.abreport import experiment_report
+    from rankwatch.pipeline.experiment import ExperimentSpec
+    from tests.exporters.test_experiments import _published
+
+    spec = ExperimentSpec(name="exp", min_requests=100)
+    by = ("segment", "surface", "variant")
+    options = __import__("rankwatch.pipeline.options", fromlist=["MetricOptions"]).MetricOptions()
+    whole = ExperimentAccumulator(spec, options, slice_by=by, window="5m")
+    instances = [ExperimentCollector([ExperimentAccumulator(spec, options, slice_by=by, window="5m")]) for _ in "ab"]
+    for i, pw in enumerate(_published(8)):
+        whole.add(pw)
+        instances[i % 2].publish_window(pw)
+    samples: list[tuple[str, dict, float]] = []
+    for inst, collector in zip("ab", instances, strict=True):
+        registry = CollectorRegistry()
+        registry.register(collector)
+        for fam in text_string_to_metric_families(generate_latest(registry).decode()):
+            samples += [(s.name, {**s.labels, "instance": inst, "job": "rankwatch"}, s.value) for s in fam.samples]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
+            family = q.split("{")[0]
+            result = [{"metric": {"__name__": n, **lab}, "value": [0, repr(v)]} for n, lab, v in samples if n == family]
+            body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        doc = _run(capsys, "--prometheus", f"http://127.0.0.1:{server.server_port}", "--min-requests", "100")
+    finally:
+        server.shutdown()
+        server.server_close()
+    expected = experiment_report(whole.data())
+    assert doc["srm"]["observed"] == expected["srm"]["observed"]
+    want = {(c["metric"], c["segment"], c["surface"]): c for c in expected["comparisons"]}
+    got = [c for c in doc["comparisons"] if not c["metric"].startswith("auc")]
+    assert len(got) == sum(1 for c in expected["comparisons"] if not c["metric"].startswith("auc")) > 0
+    for c in got:
+        ref = want[(c["metric"], c["segment"], c["surface"])]
+        for key in ("n", "n_control", "mean", "diff", "lift", "p_value", "p_adjusted", "verdict", "lift_ci_sequential"):
+            assert c[key] == (pytest.approx(ref[key], rel=1e-9, abs=1e-12) if isinstance(ref[key], float | list)
+                              else ref[key]), key
+    assert all(c["verdict"] == "insufficient data" for c in doc["comparisons"] if c["metric"].startswith("auc"))
+
+
+def test_prometheus_unreachable_is_one_line(capsys) -> None:
+    assert main(["ab", "--prometheus", "http://127.0.0.1:9"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "cannot query Prometheus" in err and "\n" not in err
