@@ -22,7 +22,10 @@ from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import SliceKey, SliceSpec
 
-__all__ = ["ExperimentAccumulator"]
+__all__ = ["CellSums", "ExperimentAccumulator", "ExperimentSums"]
+
+# (arm, slice key) -> (requests, {metric: (count, sum, sum of squares)}): what the exporter needs.
+CellSums = dict[tuple[str, SliceKey], tuple[int, dict[str, tuple[int, float, float]]]]
 
 
 class ExperimentAccumulator:
@@ -69,12 +72,44 @@ class ExperimentAccumulator:
             other_arm_requests=self.other_arm_requests, before_start_requests=self.before_start_requests,
         )  # fmt: skip
 
+    def sums(self) -> ExperimentSums:
+        """A small, immutable copy of the cumulative sums (for the exporter, taken on the consuming thread)."""
+        cells: CellSums = {key: (agg.requests, {m: (x.count, x.total, x.total_sq) for m, x in agg.sums.items()})
+                           for key, agg in self.cells.items()}  # fmt: skip
+        return ExperimentSums(self.spec, cells)
+
     def to_state(self) -> dict[str, Any]:
         """msgpack-able state (for checkpoints)."""
         return {"cells": [[arm, [list(p) for p in key], agg.to_state()] for (arm, key), agg in self.cells.items()],
-                "other": self.other_arm_requests, "before": self.before_start_requests}  # fmt: skip
+                "other": self.other_arm_requests, "before": self.before_start_requests,
+                "spec": self.spec.to_dict()}  # fmt: skip
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Load :meth:`to_state`'s output (a state of a differently defined experiment is refused)."""
+        if state.get("spec", self.spec.to_dict()) != self.spec.to_dict():
+            raise ValueError(f"experiment {self.spec.name!r} was redefined; its state cannot be restored")
         self.cells = {(arm, tuple((lbl, val) for lbl, val in key)): RankingAggregate.from_state(s, self.options)
                       for arm, key, s in state["cells"]}  # fmt: skip
         self.other_arm_requests, self.before_start_requests = int(state["other"]), int(state["before"])
+
+
+class ExperimentSums:
+    """Cumulative sums of one experiment (see :meth:`ExperimentAccumulator.sums`); add up over pairs."""
+
+    __slots__ = ("spec", "cells")
+
+    def __init__(self, spec: ExperimentSpec, cells: CellSums) -> None:
+        self.spec, self.cells = spec, cells
+
+    @staticmethod
+    def total(parts: list[ExperimentSums]) -> CellSums:
+        """Cell-wise sums over parts (partition pairs) of one experiment."""
+        out: dict[tuple[str, SliceKey], list[Any]] = {}
+        for part in parts:
+            for key, (requests, metrics) in part.cells.items():
+                slot = out.setdefault(key, [0, {}])
+                slot[0] += requests
+                for m, (c, t, t2) in metrics.items():
+                    c0, t0, q0 = slot[1].get(m, (0, 0.0, 0.0))
+                    slot[1][m] = (c0 + c, t0 + t, q0 + t2)
+        return {key: (int(v[0]), dict(v[1])) for key, v in out.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -147,7 +147,7 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
                     raise ConfigError(f"{where}: {table}.{key}: unknown key (known: {', '.join(sorted(allowed))})")
     r = {t: _Reader(where, t, raw.get(t, {})) for t in SCHEMA}
     kafka = _kafka(r["kafka"], r["topics"], where)
-    stream = _stream(r, where)
+    stream = replace(_stream(r, where), experiments=experiments)
     ex = r["exporter"]
     port = ex.get("port", int, 9108)
     if not 0 <= port <= 65535:

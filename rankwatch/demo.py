@@ -149,6 +149,7 @@ class DemoRunner:
         self._windows_out: IO[str] | None = None
         self._lines: list[str] = []
         self.experiment = demo_experiment(options, self.config)
+        self.experiments = ExperimentCollector([self.experiment])  # rankwatch_experiment_* (the A/B board)
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> DemoSummary:
@@ -161,7 +162,7 @@ class DemoRunner:
             watcher = BaselineWatcher([baseline_path], self.state)
             watcher.load_initial(strict=True)
             registry = build_registry(self.state, event_clock=self.clock)
-            registry.register(ExperimentCollector([self.experiment]))  # rankwatch_experiment_* (the A/B board)
+            registry.register(self.experiments)
             server = MetricsServer(
                 registry,
                 bind=self.options.bind,
@@ -253,7 +254,7 @@ class DemoRunner:
     def _publish(self, windows: list[PublishedWindow]) -> None:
         for pw in windows:
             self.state.publish_window(pw)
-            self.experiment.add(pw)
+            self.experiments.publish_window(pw)
             doc = pw.document()
             self.summary.windows.append((pw.window, doc["start"]))
             if self._windows_out is not None:
@@ -272,7 +273,9 @@ class DemoRunner:
         view = render_view(self.state.snapshot(), self.clock.now(), self.options, self.summary.url)
         if self.options.experiment is None:
             return view
-        return Group(view, experiment_table(self.experiment))
+        with self.lock:  # the accumulator is fed under this lock (main loop and tick job)
+            table = experiment_table(self.experiment)
+        return Group(view, table)
 
 
 EXPERIMENT_METRIC = "ndcg@10"

@@ -33,19 +33,16 @@ def window_sink(*targets: Callable[[Any], object]) -> Callable[[Any], None]:
 def experiment_collector(cfg: Any) -> Any:
     """The ``rankwatch_experiment_*`` collector of the configured request-unit experiments (None: none).
 
-    The windows must be sliced by each experiment's arm label (``[slices] by``), else a ConfigError.
+    Their state lives in the partition pairs' processors (``StreamConfig.experiments``). The windows must be sliced by each experiment's arm label (``[slices] by``), else a ConfigError.
     Experiments with ``unit = "user"`` are not exported yet (docs/experiments.md): logged and skipped.
     """
     from rankwatch.errors import ConfigError
     from rankwatch.exporters.experiments import ExperimentCollector
-    from rankwatch.pipeline.abonline import ExperimentAccumulator
-    from rankwatch.pipeline.windows import parse_duration_ms
 
     if not cfg.experiments:
         return None
     by = cfg.stream.slice_spec.by
-    smallest = min(cfg.stream.windows, key=parse_duration_ms)
-    accumulators = []
+    specs = []
     for spec in cfg.experiments:
         if spec.label not in by:
             raise ConfigError(f"experiment {spec.name!r}: its arm label {spec.label!r} must be in [slices] by "
@@ -54,8 +51,8 @@ def experiment_collector(cfg: Any) -> Any:
             logging.getLogger("rankwatch").warning(
                 "experiment %r: unit = 'user' is not exported online yet; use rankwatch ab on logs", spec.name)
             continue
-        accumulators.append(ExperimentAccumulator(spec, cfg.stream.metric_options, slice_by=by, window=smallest))
-    return ExperimentCollector(accumulators) if accumulators else None
+        specs.append(spec)
+    return ExperimentCollector(specs=specs) if specs else None
 
 
 @click.command("run")
@@ -95,7 +92,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     targets: list[Callable[[Any], object]] = []
     if writer is not None:
         targets.append(writer.write)
-    state = server = watcher = scheduler = None
+    state = server = watcher = scheduler = experiments = None
     if cfg.exporter.enabled:
         from rankwatch.exporters.baselines import BaselineWatcher
         from rankwatch.exporters.collector import build_registry
@@ -106,8 +103,6 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         state = MetricsState.for_stream(cfg.stream)
         targets.append(state.publish_window)
         experiments = experiment_collector(cfg)
-        if experiments is not None:
-            targets.append(experiments.publish_window)
         if cfg.baselines:
             watcher = BaselineWatcher(list(cfg.baselines), state)
             watcher.load_initial()
@@ -119,6 +114,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             if health.merged is not None:
                 state.set_stream_stats(health.merged)
             state.set_consumer_lag(health.lag)
+            if experiments is not None:  # the pairs' experiment sums, taken on the consuming thread
+                experiments.set_parts({p: s.experiments for p, s in health.stats.items()})
 
     service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
                               on_health=on_health)
