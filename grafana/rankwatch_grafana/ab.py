@@ -206,6 +206,17 @@ def _experiment_section(board: dashboard.Dashboard, ids: PanelIds) -> dashboard.
          query(f'rankwatch:experiment_lift_interval:upper{{{LIFT_ALL}, interval="$interval"}}',
                "upper {{arm}} {{metric}}", "C")],
         unit="percentunit", width=12, dashed_regex="^(lower|upper) .*"))  # fmt: skip
+    verdict = stat_panel(
+        ids, "Verdict, all segments ($interval interval)",
+        "Per treatment and metric: better (interval above 0), worse (below 0) or inconclusive, at alpha "
+        "unadjusted on the all-segments slice. Segment verdicts need Benjamini-Hochberg: `rankwatch ab`.",
+        [query(f'rankwatch:experiment_verdict_interval:sign{{{LIFT_ALL}, interval="$interval"}}',
+               "{{arm}} {{metric}}", "A")], width=24, height=4)  # fmt: skip
+    board = board.with_panel(verdict.color_mode("background").mappings([models.ValueMap(options={
+        "-1": models.ValueMappingResult(text="worse", color="red", index=0),
+        "0": models.ValueMappingResult(text="inconclusive", color="text", index=1),
+        "1": models.ValueMappingResult(text="better", color="green", index=2),
+    })]))  # fmt: skip
     board = board.with_panel(timeseries_panel(
         ids, "Requests per arm", "Requests of each arm since the experiment's start (all segments).",
         [query(f"rankwatch:experiment_arm_requests:sum{{{EXPERIMENT}}}", "{{experiment}} {{arm}}", "A")],

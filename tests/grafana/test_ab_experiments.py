@@ -26,3 +26,12 @@ def test_experiment_section() -> None:
     assert forest["type"] == "table" and "rankwatch ab --prometheus" in forest["description"]
     assert any("rankwatch:experiment_arm_requests:sum" in t["expr"] for p in board["panels"]
                for t in p.get("targets") or [])
+
+
+def test_verdict_is_coloured() -> None:
+    board = json.loads(BOARD.read_text())
+    verdict = next(p for p in board["panels"] if p["title"].startswith("Verdict"))
+    assert "rankwatch:experiment_verdict_interval:sign" in verdict["targets"][0]["expr"]
+    mapping = verdict["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert {v["text"]: v["color"] for v in mapping.values()} == {"worse": "red", "inconclusive": "text",
+                                                                  "better": "green"}
