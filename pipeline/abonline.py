@@ -31,8 +31,13 @@ CellSums = dict[tuple[str, SliceKey], tuple[int, dict[str, tuple[int, float, flo
 class ExperimentAccumulator:
     """Per-(arm, slice) aggregates cumulative since ``spec.start`` (see the module docstring)."""
 
-    def __init__(self, spec: ExperimentSpec, options: MetricOptions, *, slice_by: tuple[str, ...], window: str) -> None:
+    def __init__(
+        self, spec: ExperimentSpec, options: MetricOptions, *, slice_by: tuple[str, ...], window: str,
+        keep_histograms: bool = True,
+    ) -> None:
         self.spec, self.options, self.window = spec, options, window
+        # Without histograms the state is a few numbers per cell (no AUC comparisons): what checkpoints carry.
+        self.keep_histograms = keep_histograms
         self.slice_spec = SliceSpec(by=tuple(b for b in slice_by if b != spec.label))
         self.cells: dict[tuple[str, SliceKey], RankingAggregate] = {}
         self.other_arm_requests = 0
@@ -53,6 +58,8 @@ class ExperimentAccumulator:
                 self.before_start_requests += agg.requests
                 continue
             rest: SliceKey = tuple((lbl, labels[lbl]) for lbl in self.slice_spec.by if lbl in labels)
+            if not self.keep_histograms:
+                agg = _sums_only(agg)
             for target in {(arm, rest), (arm, ())}:
                 if target in self.cells:
                     self.cells[target].merge(agg)
@@ -91,6 +98,15 @@ class ExperimentAccumulator:
         self.cells = {(arm, tuple((lbl, val) for lbl, val in key)): RankingAggregate.from_state(s, self.options)
                       for arm, key, s in state["cells"]}  # fmt: skip
         self.other_arm_requests, self.before_start_requests = int(state["other"]), int(state["before"])
+
+
+def _sums_only(agg: RankingAggregate) -> RankingAggregate:
+    """The aggregate's counts and metric sums, with an empty score histogram."""
+    out = RankingAggregate(agg.options)
+    out.requests, out.requests_with_relevant, out.items = agg.requests, agg.requests_with_relevant, agg.items
+    for name, s in agg.sums.items():
+        out.sums[name].merge(s)
+    return out
 
 
 class ExperimentSums:

@@ -483,7 +483,7 @@ def _experiment_accumulators(cfg: StreamConfig) -> list[Any]:
 
     smallest = min(cfg.windows, key=parse_duration_ms)
     by = cfg.slice_spec.by
-    return [ExperimentAccumulator(spec, cfg.metric_options, slice_by=by, window=smallest)
+    return [ExperimentAccumulator(spec, cfg.metric_options, slice_by=by, window=smallest, keep_histograms=False)
             for spec in cfg.experiments if spec.unit == "request" and spec.label in by]  # fmt: skip
 
 

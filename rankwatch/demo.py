@@ -290,7 +290,8 @@ def demo_experiment(options: DemoOptions, config: StreamConfig) -> Any:
     shares = options.experiment.shares if options.experiment else (1.0,) * len(arms)
     spec = ExperimentSpec(name="demo", control=arms[0], treatments=arms[1:], min_requests=200,
                           split=dict(zip(arms, shares, strict=True)))  # fmt: skip
-    return ExperimentAccumulator(spec, config.metric_options, slice_by=("segment", "surface"), window="5m")
+    return ExperimentAccumulator(spec, config.metric_options, slice_by=("segment", "surface"), window="5m",
+                                 keep_histograms=False)  # bounded memory: the view and the exports use sums
 
 
 def _experiment_rows(acc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -112,3 +112,26 @@ def test_state_rides_in_the_pairs_snapshots_and_sums_are_fleet_exact() -> None:
     scraped = _scrape(collector)
     key = frozenset({"experiment": "exp", "arm": "control", "role": "control", "segment": "all", "surface": "all"}.items())
     assert scraped[("rankwatch_experiment_requests", key)] == whole[("control", ())][0]
+
+
+def test_pair_state_keeps_sums_only_so_checkpoints_stay_small() -> None:
+    spec = ExperimentSpec(name="exp")
+    config = StreamConfig(windows=("5m",), slice_spec=SliceSpec(by=("segment", "surface", "variant")),
+                          experiments=(spec,))
+    with_exp = StreamProcessor(config, clock=ManualClock())
+    without = StreamProcessor(replace_experiments(config), clock=ManualClock())
+    cfg = TrafficConfig(seed=6, duration_s=1200, requests_per_second=10, experiment=ExperimentTraffic(users=100))
+    for e in generate_events(cfg):
+        for proc in (with_exp, without):
+            (proc.process_impression if e.stream == "impressions" else proc.process_feedback)(e.value)
+    for proc in (with_exp, without):
+        proc.flush()
+    acc = with_exp._experiments[0]
+    assert acc.cells and all(agg.histogram.n_distinct == 0 for agg in acc.cells.values())
+    assert len(with_exp.snapshot()) - len(without.snapshot()) < 20_000  # 14 cells x 4 metrics of sums
+
+
+def replace_experiments(config: StreamConfig) -> StreamConfig:
+    from dataclasses import replace
+
+    return replace(config, experiments=())
