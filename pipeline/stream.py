@@ -469,8 +469,8 @@ class StreamProcessor:
         out._rejects = {(s, r): int(n) for s, r, n in state["rejects"]}
         out._evicted, out._finalized_count, out._detached = (int(x) for x in state["counters"])
         saved = state.get("experiments", {})
-        for acc in out._experiments:  # an experiment added since the snapshot starts empty
-            if acc.spec.name in saved:
+        for acc in out._experiments:  # an experiment added or redefined since the snapshot starts empty
+            if saved.get(acc.spec.name, {}).get("spec") == acc.spec.to_dict():
                 acc.restore(saved[acc.spec.name])
         return out
 

@@ -135,3 +135,21 @@ def replace_experiments(config: StreamConfig) -> StreamConfig:
     from dataclasses import replace
 
     return replace(config, experiments=())
+
+
+def test_a_redefined_or_new_experiment_starts_empty_after_restore() -> None:
+    spec = ExperimentSpec(name="exp")
+    config = StreamConfig(windows=("5m",), slice_spec=SliceSpec(by=("segment", "surface", "variant")),
+                          experiments=(spec,))
+    proc = StreamProcessor(config, clock=ManualClock())
+    for e in generate_events(TrafficConfig(seed=7, duration_s=900, requests_per_second=5)):
+        (proc.process_impression if e.stream == "impressions" else proc.process_feedback)(e.value)
+    proc.flush()
+    data = proc.snapshot()
+    same = StreamProcessor.restore(data, config=config, clock=ManualClock())
+    assert same._experiments[0].cells == proc._experiments[0].cells and proc._experiments[0].cells
+    from dataclasses import replace
+
+    redefined = replace(config, experiments=(ExperimentSpec(name="exp", alpha=0.01), ExperimentSpec(name="new")))
+    fresh = StreamProcessor.restore(data, config=redefined, clock=ManualClock())
+    assert [a.cells for a in fresh._experiments] == [{}, {}]
