@@ -17,6 +17,14 @@ The model of one request:
   >= 2 is added to the cart with probability 0.6, one of grade 3 then purchased with probability 0.6;
   events follow each other by exponential delays (mean 15 s) inside the attribution window.
 
+An optional :class:`ExperimentTraffic` (``TrafficConfig.experiment``) turns the traffic into an A/B test:
+every request gets a user out of ``users``; the arm is the user's (a stable hash of the user id, by the
+expected split) or, with ``unit="request"``, drawn per request; the model quality ``q`` moves by the arm's
+effect in the request's segment and by the user's random effect (normal, ``user_effect_sd``; so requests of
+one user are correlated), clipped to ``[0, 1]``; ``broken_split`` drops that share of the last arm's
+requests (none of their events are sent: a logging loss that the sample-ratio test must catch). Without an
+experiment the output is byte-identical to what it was before experiments existed.
+
 The mess: ``duplicate_rate`` re-delivers an event, ``malformed_rate`` adds a bad event (one of
 :data:`MALFORMED_KINDS`) next to a real one, ``out_of_order_ms`` delays delivery by up to that much,
 ``item_form_share`` of requests use item-form impressions, ``rfc3339_share`` of events carry RFC 3339
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -59,6 +68,40 @@ class Regression:
 
 
 @dataclass(frozen=True)
+class ExperimentTraffic:
+    """An A/B experiment in the simulated traffic (see the module docstring)."""
+
+    arms: tuple[str, ...] = ("control", "treatment")
+    split: tuple[float, ...] = ()  # expected share of each arm; empty: equal
+    effects: tuple[tuple[str, str, float], ...] = ()  # (arm, segment or "*", change of model quality q)
+    users: int = 2_000
+    user_effect_sd: float = 0.0
+    unit: str = "user"  # "user": the arm is the user's; "request": drawn per request
+    broken_split: float = 0.0  # share of the last arm's requests lost before logging
+
+    def __post_init__(self) -> None:
+        if len(self.arms) < 2 or len(set(self.arms)) != len(self.arms):
+            raise ValueError("an experiment needs at least two distinct arms")
+        if self.split and (len(self.split) != len(self.arms) or any(x <= 0 for x in self.split)):
+            raise ValueError("split needs one positive share per arm")
+        if self.users < 1 or self.user_effect_sd < 0 or not 0 <= self.broken_split < 1:
+            raise ValueError("users must be >= 1, user_effect_sd >= 0, broken_split in [0, 1)")
+        if self.unit not in ("user", "request"):
+            raise ValueError("unit must be 'user' or 'request'")
+        for arm, _segment, _delta in self.effects:
+            if arm not in self.arms:
+                raise ValueError(f"effect for unknown arm {arm!r}")
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        raw = self.split or (1.0,) * len(self.arms)
+        return tuple(x / sum(raw) for x in raw)
+
+    def effect(self, arm: str, segment: str) -> float:
+        return sum(d for a, seg, d in self.effects if a == arm and seg in (segment, "*"))
+
+
+@dataclass(frozen=True)
 class TrafficConfig:
     seed: int = 0
     start: datetime = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -79,6 +122,7 @@ class TrafficConfig:
     late_rate: float = 0.0
     models: tuple[str, ...] = ("ranker-v12",)
     attribution_window_ms: int = _ATTRIBUTION_MS
+    experiment: ExperimentTraffic | None = None
 
     def __post_init__(self) -> None:
         if self.start.tzinfo is None:
@@ -109,6 +153,8 @@ class _Request:
     positions: list[int]
     scores: list[float]
     labels: list[int]
+    user_id: str | None = None  # set by an experiment (otherwise impressions carry u-{i % 997})
+    dropped: bool = False  # lost by a broken split: no events, not in the ground truth
 
 
 class _Generator:
@@ -120,6 +166,13 @@ class _Generator:
         self.end_ms = self.start_ms + int(cfg.duration_s * 1000)
         self.seq = 0
         self.heap: list[tuple[int, int, GeneratedEvent]] = []
+        exp = cfg.experiment
+        if exp is not None:
+            # A separate stream for the users' effects and arms: they are fixed properties of the users.
+            urng = random.Random(f"{cfg.seed}-users")
+            self.user_effects = [urng.gauss(0.0, exp.user_effect_sd) for _ in range(exp.users)]
+            self.user_arms = [_arm_by_share(exp, (zlib.crc32(f"u-{u}".encode()) + 0.5) / 2**32)
+                              for u in range(exp.users)]  # fmt: skip
 
     # -- timestamps and delivery -------------------------------------------------------------------------
     def _ts(self, ms: int) -> int | str:
@@ -163,6 +216,13 @@ class _Generator:
         reg = cfg.regression
         if reg is not None and reg.segment == segment and ts_ms - self.start_ms >= reg.from_offset_s * 1000:
             q = max(q - reg.drop, 0.0)
+        user_id = None
+        exp = cfg.experiment
+        if exp is not None:
+            u = rng.randrange(exp.users)
+            user_id = f"u-{u}"
+            variant = self.user_arms[u] if exp.unit == "user" else _arm_by_share(exp, rng.random())
+            q = min(max(q + exp.effect(variant, segment) + self.user_effects[u], 0.0), 1.0)
         n = cfg.items_per_request
         grades = rng.choices(range(4), weights=GRADE_PROBS, k=n)
         scores = [round(q * g + (1 - q) * rng.gauss(0.0, 1.2), 4) for g in grades]
@@ -175,6 +235,7 @@ class _Generator:
         req = _Request(
             f"r-{cfg.seed}-{i}", ts_ms, segment, surface, variant, model,
             [f"i-{pool[j]}" for j in served], list(range(1, n + 1)), [float(scores[j]) for j in served], [0] * n,
+            user_id,
         )
         return req, [int(grades[j]) for j in served]
 
@@ -182,6 +243,10 @@ class _Generator:
         """Generate request ``i`` and deliver its events; returns the request with its true labels."""
         cfg, rng = self.cfg, self.rng
         req, true_grades = self.request(i, ts_ms)
+        exp = cfg.experiment
+        if exp is not None and exp.broken_split and req.variant == exp.arms[-1] and rng.random() < exp.broken_split:
+            req.dropped = True
+            return req
         self._impressions(i, req)
         self._feedback(i, req, true_grades)
         if cfg.orphan_rate and rng.random() < cfg.orphan_rate:
@@ -209,7 +274,7 @@ class _Generator:
             if rng.random() < 0.2:
                 rng.shuffle(items)  # producers do not always send items in position order
             self._deliver("impressions", req.request_id, {"event_id": f"imp-{cfg.seed}-{i}",
-                          "request_id": req.request_id, "ts": self._ts(req.ts_ms), "user_id": f"u-{i % 997}",
+                          "request_id": req.request_id, "ts": self._ts(req.ts_ms), "user_id": req.user_id or f"u-{i % 997}",
                           **labels, "items": items}, req.ts_ms)
 
     def _feedback(self, i: int, req: _Request, true_grades: list[int]) -> None:
@@ -322,9 +387,11 @@ def _run(cfg: TrafficConfig, truth: list[_Request] | None) -> Iterator[Generated
     yield from gen._drain(None)
 
 
-def _rows(requests: list[_Request]) -> pd.DataFrame:
-    cols: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}
+def _rows(requests: list[_Request], with_users: bool = False) -> pd.DataFrame:
+    cols: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS + (("user_id",) if with_users else ())}
     for r in requests:
+        if r.dropped:
+            continue
         n = len(r.item_ids)
         cols["request_id"] += [r.request_id] * n
         cols["item_id"] += r.item_ids
@@ -334,6 +401,8 @@ def _rows(requests: list[_Request]) -> pd.DataFrame:
         for c in ("segment", "surface", "variant", "model"):
             cols[c] += [getattr(r, c)] * n
         cols["request_ts"] += [r.ts_ms] * n
+        if with_users:
+            cols["user_id"] += [r.user_id] * n
     frame = pd.DataFrame(cols)
     frame["request_ts"] = pd.to_datetime(frame["request_ts"], unit="ms", utc=True)
     return frame
@@ -353,14 +422,14 @@ def ground_truth_rows(cfg: TrafficConfig) -> pd.DataFrame:
     truth: list[_Request] = []
     for _ in _run(cfg, truth):
         pass
-    return _rows(truth)
+    return _rows(truth, cfg.experiment is not None)
 
 
 def generate_with_truth(cfg: TrafficConfig) -> tuple[list[GeneratedEvent], pd.DataFrame]:
     """Events and ground-truth rows in one generation pass (for tests)."""
     truth: list[_Request] = []
     events = list(_run(cfg, truth))
-    return events, _rows(truth)
+    return events, _rows(truth, cfg.experiment is not None)
 
 
 def evaluation_frame(cfg: TrafficConfig, n_requests: int) -> pd.DataFrame:
@@ -375,4 +444,14 @@ def evaluation_frame(cfg: TrafficConfig, n_requests: int) -> pd.DataFrame:
             break
         out.append(gen.emit(i, ts))
         gen.heap.clear()
-    return _rows(out)
+    return _rows(out, cfg.experiment is not None)
+
+
+def _arm_by_share(exp: ExperimentTraffic, u: float) -> str:
+    """The arm whose cumulative share interval holds ``u`` in ``[0, 1)``."""
+    acc = 0.0
+    for arm, share in zip(exp.arms, exp.shares, strict=True):
+        acc += share
+        if u < acc:
+            return arm
+    return exp.arms[-1]

@@ -69,6 +69,8 @@ class StreamConfig:
     finalize_step_ms: int = 1_000  # finalization granularity: requests are finalized in buckets of this size
     max_pending_feedback: int = 1_000_000  # feedback events waiting for their impression
     finalized_memory: int = 1_000_000  # finalized request ids remembered to tell late feedback from orphans
+    # Experiments whose cumulative state rides in this processor's snapshot (request unit; docs/experiments.md).
+    experiments: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         for w in self.windows:
@@ -114,6 +116,7 @@ class StreamStats:
     windows_published: dict[str, int]
     dedupe_ids: int
     dedupe_forgotten_at_capacity: int
+    experiments: dict[str, Any] = field(default_factory=dict)  # name -> abonline.ExperimentSums
 
 
 class StreamProcessor:
@@ -175,6 +178,7 @@ class StreamProcessor:
         self._evicted = 0
         self._finalized_count = 0
         self._detached = 0
+        self._experiments = _experiment_accumulators(cfg)
 
     # -- public API ------------------------------------------------------------------------------------
     def process_impression(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
@@ -273,7 +277,7 @@ class StreamProcessor:
         self._clk["orphan"] += self._early.expire(2**62)
         for staged in self._staging.complete(None):
             self._aggregate(staged)
-        return self._windows.close(None, self._combo_keys, self.partitions)
+        return self._experiment_windows(self._windows.close(None, self._combo_keys, self.partitions))
 
     def stats(self) -> StreamStats:
         return StreamStats(
@@ -291,9 +295,16 @@ class StreamProcessor:
             windows_published=dict(self._windows.published),
             dedupe_ids=len(self._seen),
             dedupe_forgotten_at_capacity=self._seen.forgotten_at_capacity,
+            experiments={acc.spec.name: acc.sums() for acc in self._experiments},
         )
 
     # -- internals -------------------------------------------------------------------------------------
+    def _experiment_windows(self, windows: list[PublishedWindow]) -> list[PublishedWindow]:
+        for acc in self._experiments:
+            for pw in windows:
+                acc.add(pw)
+        return windows
+
     def _reject(self, stream: str, raw: bytes, rejection: Rejection, source: SourceRef | None) -> None:
         (self._imp if stream == "impressions" else self._clk)["rejected"] += 1
         key = (stream, str(rejection.reason))
@@ -351,7 +362,7 @@ class StreamProcessor:
         self._finalized.expire(ws)
         for staged in self._staging.complete(ws):
             self._aggregate(staged)
-        return self._windows.close(ws - self._attr, self._combo_keys, self.partitions)
+        return self._experiment_windows(self._windows.close(ws - self._attr, self._combo_keys, self.partitions))
 
     def _evict(self) -> list[PublishedWindow]:
         """At the pending cap: finalize the earliest bucket now (counted as evicted)."""
@@ -421,6 +432,7 @@ class StreamProcessor:
             "clk": self._clk,
             "rejects": [[s, r, n] for (s, r), n in self._rejects.items()],
             "counters": [self._evicted, self._finalized_count, self._detached],
+            "experiments": {acc.spec.name: acc.to_state() for acc in self._experiments},
         }
         return encode_snapshot(self.config.fingerprint(), state)
 
@@ -456,7 +468,23 @@ class StreamProcessor:
         out._clk.update(state["clk"])
         out._rejects = {(s, r): int(n) for s, r, n in state["rejects"]}
         out._evicted, out._finalized_count, out._detached = (int(x) for x in state["counters"])
+        saved = state.get("experiments", {})
+        for acc in out._experiments:  # an experiment added or redefined since the snapshot starts empty
+            if saved.get(acc.spec.name, {}).get("spec") == acc.spec.to_dict():
+                acc.restore(saved[acc.spec.name])
         return out
+
+
+def _experiment_accumulators(cfg: StreamConfig) -> list[Any]:
+    """One accumulator per request-unit experiment whose arm label the windows are sliced by."""
+    if not cfg.experiments:
+        return []
+    from rankwatch.pipeline.abonline import ExperimentAccumulator
+
+    smallest = min(cfg.windows, key=parse_duration_ms)
+    by = cfg.slice_spec.by
+    return [ExperimentAccumulator(spec, cfg.metric_options, slice_by=by, window=smallest, keep_histograms=False)
+            for spec in cfg.experiments if spec.unit == "request" and spec.label in by]  # fmt: skip
 
 
 __all__ = ["StreamConfig", "StreamProcessor", "StreamStats", "RejectReason", "STREAMS", "OUTCOMES"]

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "run": "run",
     "simulate": "simulate",
     "demo": "demo",
+    "ab": "ab",
 }
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 from rankwatch.consumers.settings import PASSTHROUGH_OPTIONS, KafkaSettings
 from rankwatch.errors import ConfigError
+from rankwatch.pipeline.experiment import ExperimentSpec, experiment_from_dict
 from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.slicing import SliceSpec
 from rankwatch.pipeline.stream import StreamConfig
@@ -67,6 +68,7 @@ class RunConfig:
     baselines: tuple[Path, ...] = ()
     baseline_reload_ms: int = 10_000
     source: Path | None = field(default=None, compare=False)
+    experiments: tuple[ExperimentSpec, ...] = ()  # [[experiments]] (docs/experiments.md)
 
 
 class _Reader:
@@ -131,6 +133,8 @@ def load_config(path: str | Path) -> RunConfig:
 
 def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Path | None = None) -> RunConfig:
     base = base or Path(".")
+    experiments = experiments_from_toml(raw.get("experiments", []), where=where)
+    raw = {k: v for k, v in raw.items() if k != "experiments"}
     for table, value in raw.items():
         if table not in SCHEMA:
             raise ConfigError(f"{where}: unknown table [{table}] (known: {', '.join(SCHEMA)})")
@@ -143,7 +147,7 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
                     raise ConfigError(f"{where}: {table}.{key}: unknown key (known: {', '.join(sorted(allowed))})")
     r = {t: _Reader(where, t, raw.get(t, {})) for t in SCHEMA}
     kafka = _kafka(r["kafka"], r["topics"], where)
-    stream = _stream(r, where)
+    stream = replace(_stream(r, where), experiments=experiments)
     ex = r["exporter"]
     port = ex.get("port", int, 9108)
     if not 0 <= port <= 65535:
@@ -160,7 +164,23 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
         files += sorted(d.glob("*.json"))
     return RunConfig(kafka=kafka, stream=stream, exporter=exporter,
                      windows_out=(base / out) if out else None, baselines=tuple(files),
-                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000))
+                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments)
+
+
+def experiments_from_toml(value: Any, *, where: str = "config") -> tuple[ExperimentSpec, ...]:
+    """The ``[[experiments]]`` array of tables; a :class:`ConfigError` naming ``experiments[i].key``."""
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ConfigError(f"{where}: experiments: expected an array of tables ([[experiments]])")
+    out: list[ExperimentSpec] = []
+    for i, table in enumerate(value):
+        try:
+            out.append(experiment_from_dict(table))
+        except ValueError as e:
+            raise ConfigError(f"{where}: experiments[{i}].{e}") from None
+    names = [e.name for e in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: experiments: names must be unique, got {names}")
+    return tuple(out)
 
 
 def _exporter(ex: _Reader, base: Path, port: int) -> ExporterSettings:

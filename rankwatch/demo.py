@@ -32,11 +32,18 @@ from rich.text import Text
 from rankwatch.errors import RankwatchError
 from rankwatch.exporters.baselines import BaselineWatcher
 from rankwatch.exporters.collector import build_registry
+from rankwatch.exporters.experiments import ExperimentCollector
 from rankwatch.exporters.http import MetricsServer
 from rankwatch.exporters.scheduling import ExporterScheduler
 from rankwatch.exporters.state import MetricsState, Snapshot
 from rankwatch.pipeline.clock import ManualClock, datetime_to_ms, ms_to_datetime
-from rankwatch.pipeline.generator import Regression, TrafficConfig, evaluation_frame, generate_events
+from rankwatch.pipeline.generator import (
+    ExperimentTraffic,
+    Regression,
+    TrafficConfig,
+    evaluation_frame,
+    generate_events,
+)
 from rankwatch.pipeline.offline import compute_baseline, write_baseline
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import SliceSpec
@@ -66,6 +73,7 @@ class DemoOptions:
     surfaces: tuple[str, ...] = ("home_feed", "search")
     variants: tuple[str, ...] = ("control", "treatment")
     refresh_s: float = 0.5
+    experiment: ExperimentTraffic | None = None  # an A/B experiment in the traffic, shown in the view
 
 
 @dataclass
@@ -91,6 +99,7 @@ def demo_traffic(options: DemoOptions, start: datetime) -> TrafficConfig:
         variants=options.variants,
         regression=regression,
         attribution_window_ms=int(options.attribution_window_s * 1000),
+        experiment=options.experiment,
         # A little of the usual mess, so the health families have something to show; none of it changes
         # a metric.
         duplicate_rate=0.002,
@@ -103,7 +112,7 @@ def write_demo_baseline(
 ) -> None:
     """The offline baseline: the same model on a simulated evaluation set, before any regression."""
     frame = evaluation_frame(
-        replace(traffic, regression=None, seed=traffic.seed + 1), options.baseline_requests
+        replace(traffic, regression=None, seed=traffic.seed + 1, experiment=None), options.baseline_requests
     )
     result = compute_baseline(frame, options=config.metric_options, slice_spec=config.slice_spec)
     write_baseline(path, result, clock=_WallClock())
@@ -139,6 +148,8 @@ class DemoRunner:
         self.summary = DemoSummary()
         self._windows_out: IO[str] | None = None
         self._lines: list[str] = []
+        self.experiment = demo_experiment(options, self.config)
+        self.experiments = ExperimentCollector([self.experiment])  # rankwatch_experiment_* (the A/B board)
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> DemoSummary:
@@ -150,8 +161,10 @@ class DemoRunner:
             write_demo_baseline(self.traffic, self.options, baseline_path, self.config)
             watcher = BaselineWatcher([baseline_path], self.state)
             watcher.load_initial(strict=True)
+            registry = build_registry(self.state, event_clock=self.clock)
+            registry.register(self.experiments)
             server = MetricsServer(
-                build_registry(self.state, event_clock=self.clock),
+                registry,
                 bind=self.options.bind,
                 port=self.options.port,
             )
@@ -241,6 +254,7 @@ class DemoRunner:
     def _publish(self, windows: list[PublishedWindow]) -> None:
         for pw in windows:
             self.state.publish_window(pw)
+            self.experiments.publish_window(pw)
             doc = pw.document()
             self.summary.windows.append((pw.window, doc["start"]))
             if self._windows_out is not None:
@@ -248,13 +262,87 @@ class DemoRunner:
                 self._windows_out.flush()
             if not self.console.is_terminal and pw.window == "5m":
                 self._say(plain_line(pw, self.state.snapshot()))
+                if self.options.experiment is not None:
+                    self._say(experiment_line(self.experiment))
 
     # -- output --------------------------------------------------------------------------------------------
     def _say(self, line: str) -> None:
         self.console.print(line, highlight=False, soft_wrap=True)
 
     def _render(self) -> Group:
-        return render_view(self.state.snapshot(), self.clock.now(), self.options, self.summary.url)
+        view = render_view(self.state.snapshot(), self.clock.now(), self.options, self.summary.url)
+        if self.options.experiment is None:
+            return view
+        with self.lock:  # the accumulator is fed under this lock (main loop and tick job)
+            table = experiment_table(self.experiment)
+        return Group(view, table)
+
+
+EXPERIMENT_METRIC = "ndcg@10"
+
+
+def demo_experiment(options: DemoOptions, config: StreamConfig) -> Any:
+    """The cumulative A/B state of the demo's variants (an A/A test unless ``options.experiment`` is set)."""
+    from rankwatch.pipeline.abonline import ExperimentAccumulator
+    from rankwatch.pipeline.experiment import ExperimentSpec
+
+    arms = options.experiment.arms if options.experiment else options.variants
+    shares = options.experiment.shares if options.experiment else (1.0,) * len(arms)
+    spec = ExperimentSpec(name="demo", control=arms[0], treatments=arms[1:], min_requests=200,
+                          split=dict(zip(arms, shares, strict=True)))  # fmt: skip
+    return ExperimentAccumulator(spec, config.metric_options, slice_by=("segment", "surface"), window="5m",
+                                 keep_histograms=False)  # bounded memory: the view and the exports use sums
+
+
+def _experiment_rows(acc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from rankwatch.pipeline.abreport import experiment_report
+
+    doc = experiment_report(acc.data())
+    return doc, [c for c in doc["comparisons"] if c["metric"] == EXPERIMENT_METRIC]
+
+
+def experiment_line(acc: Any) -> str:
+    """One plain line: the all-segments lift with its always-valid interval, the SRM p-value."""
+    doc, rows = _experiment_rows(acc)
+    overall = rows[0]
+    lift = "insufficient data" if overall["lift"] is None else (
+        f"{overall['lift']:+.2%} always-valid [{overall['lift_ci_sequential'][0]:+.2%}, "
+        f"{overall['lift_ci_sequential'][1]:+.2%}] {overall['verdict']}")  # fmt: skip
+    worst = [c for c in rows[1:] if c["verdict"] == "worse"]
+    srm = doc["srm"]
+    p = "-" if srm["p_value"] is None else f"{srm['p_value']:.4f}"
+    line = f"experiment {EXPERIMENT_METRIC} lift {lift}; SRM p={p}"
+    if srm["mismatch"]:
+        line += " MISMATCH"
+    if worst:
+        line += "; worse in " + ", ".join(f"{c['segment']}/{c['surface']}" for c in worst)
+    return line
+
+
+def experiment_table(acc: Any) -> Group:
+    """Per segment: n per arm, lift with fixed and always-valid intervals, adjusted p, verdict; SRM banner."""
+    doc, rows = _experiment_rows(acc)
+    srm = doc["srm"]
+    table = Table(header_style="bold", title=None)
+    for col in ("segment", "surface", "n treatment", "n control", f"{EXPERIMENT_METRIC} lift", "fixed 95 %", "always-valid",
+                "p adj", "verdict"):
+        table.add_column(col, justify="left" if col in ("segment", "surface", "verdict") else "right")
+
+    def pct(pair: list[float] | None) -> str:
+        return "-" if pair is None else f"[{pair[0]:+.1%}, {pair[1]:+.1%}]"
+
+    for c in rows:
+        style = {"worse": "red bold", "better": "green"}.get(c["verdict"], "")
+        table.add_row(c["segment"], c["surface"], str(c["n"]), str(c["n_control"]), "-" if c["lift"] is None else f"{c['lift']:+.2%}",
+                      pct(c["lift_ci"]), pct(c["lift_ci_sequential"]),
+                      "-" if c["p_adjusted"] is None else f"{c['p_adjusted']:.4f}", c["verdict"], style=style)  # fmt: skip
+    observed = ", ".join(f"{a} {n}" for a, n in srm["observed"].items())
+    p = "-" if srm["p_value"] is None else f"{srm['p_value']:.4f}"
+    banner = Text(f"experiment (cumulative since start): requests {observed}; SRM p = {p}",
+                  style="red bold" if srm["mismatch"] else "dim")  # fmt: skip
+    if srm["mismatch"]:
+        banner.append("  SAMPLE RATIO MISMATCH: results untrustworthy")
+    return Group(banner, table)
 
 
 def _version() -> str:

@@ -1,5 +1,9 @@
 """The A/B dashboard: the same metrics per variant, side by side, with the lift over a control variant.
 
+The experiments section (docs/experiments.md) reads the fleet-exact experiment rules: an SRM banner, each
+treatment's lift with its fixed or always-valid interval (the ``interval`` switch), requests per arm and
+a per-cell forest table; BH-adjusted p-values and verdicts come from ``rankwatch ab --prometheus``.
+
 Whole-population values per variant come from the exporter's roll-up rows ``segment="all",
 surface="all", variant="<v>"`` (present whenever rankwatch slices by variant); the per-slice view shows the
 variants of every selected segment x surface slice.
@@ -8,6 +12,7 @@ variants of every selected segment x surface slice.
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.models import dashboard as models
 
 from rankwatch_grafana.common import (
     ONLINE,
@@ -20,6 +25,7 @@ from rankwatch_grafana.common import (
     query,
     row,
     slice_variables,
+    stat_panel,
     table_panel,
     timeseries_panel,
     window_variable,
@@ -44,7 +50,15 @@ def ab_dashboard() -> dashboard.Dashboard:
     control = label_variable(
         "control", "Control variant", source, multi=False, include_all=False, default="control"
     )
-    for var in [datasource_variable(), *slice_variables(), control, metric_variable(), window_variable()]:
+    experiment = label_variable("experiment", "Experiment", "rankwatch_experiment_expected_share")
+    interval = (
+        dashboard.CustomVariable("interval")
+        .label("Interval")
+        .values("sequential,fixed")
+        .current(models.VariableOption(selected=True, text="sequential", value="sequential"))
+    )
+    for var in [datasource_variable(), *slice_variables(), control, metric_variable(), window_variable(), experiment,
+                interval]:  # fmt: skip
         board = board.with_variable(var)
 
     mw = 'metric=~"$metric", window=~"$window"'
@@ -164,4 +178,58 @@ def ab_dashboard() -> dashboard.Dashboard:
             width=8,
         )
     )
+    return _experiment_section(board, ids)
+
+
+EXPERIMENT = 'experiment=~"$experiment"'
+LIFT_ALL = f'{EXPERIMENT}, metric=~"$metric", segment="all", surface="all"'
+LIFT_CELLS = f'{EXPERIMENT}, metric=~"$metric", segment=~"$segment", surface=~"$surface", segment!="all"'
+
+
+def _experiment_section(board: dashboard.Dashboard, ids: PanelIds) -> dashboard.Dashboard:
+    """Experiments (docs/experiments.md): fleet-exact lifts with fixed or always-valid intervals, SRM, n."""
+    board = board.with_row(row(ids, "Experiments: lift with its interval (cumulative since the start)"))
+    board = board.with_panel(stat_panel(
+        ids, "Sample ratio (>= 1: MISMATCH, results untrustworthy)",
+        "Chi-square of the arms' requests against the configured split divided by its p = 0.001 critical "
+        "value: at 1 or more the split is broken (RankwatchSampleRatioMismatch) and no lift below can be trusted.",
+        [query(f"rankwatch:experiment_srm:chi2{{{EXPERIMENT}}} / on (experiment) rankwatch:experiment_srm:critical",
+               "{{experiment}}", "A")], width=6))  # fmt: skip
+    board = board.with_panel(timeseries_panel(
+        ids, "Lift of $metric over the control, all segments ($interval interval)",
+        "Treatment mean / control mean - 1, fleet-exact from the rankwatch_experiment_* sums, with the fixed "
+        "or the always-valid 95 % interval (switch: Interval). Read the always-valid one when watching: it "
+        "stays valid at every look. An upper bound below 0 is a regression (RankwatchExperimentRegression).",
+        [query(f"rankwatch:experiment_lift:ratio{{{LIFT_ALL}}}", "{{arm}} {{metric}}", "A"),
+         query(f'rankwatch:experiment_lift_interval:lower{{{LIFT_ALL}, interval="$interval"}}',
+               "lower {{arm}} {{metric}}", "B"),
+         query(f'rankwatch:experiment_lift_interval:upper{{{LIFT_ALL}, interval="$interval"}}',
+               "upper {{arm}} {{metric}}", "C")],
+        unit="percentunit", width=12, dashed_regex="^(lower|upper) .*"))  # fmt: skip
+    verdict = stat_panel(
+        ids, "Verdict, all segments ($interval interval)",
+        "Per treatment and metric: better (interval above 0), worse (below 0) or inconclusive, at alpha "
+        "unadjusted on the all-segments slice. Segment verdicts need Benjamini-Hochberg: `rankwatch ab`.",
+        [query(f'rankwatch:experiment_verdict_interval:sign{{{LIFT_ALL}, interval="$interval"}}',
+               "{{arm}} {{metric}}", "A")], width=24, height=4)  # fmt: skip
+    board = board.with_panel(verdict.color_mode("background").mappings([models.ValueMap(options={
+        "-1": models.ValueMappingResult(text="worse", color="red", index=0),
+        "0": models.ValueMappingResult(text="inconclusive", color="text", index=1),
+        "1": models.ValueMappingResult(text="better", color="green", index=2),
+    })]))  # fmt: skip
+    board = board.with_panel(timeseries_panel(
+        ids, "Requests per arm", "Requests of each arm since the experiment's start (all segments).",
+        [query(f"rankwatch:experiment_arm_requests:sum{{{EXPERIMENT}}}", "{{experiment}} {{arm}}", "A")],
+        width=6))  # fmt: skip
+    board = board.with_panel(table_panel(
+        ids, "Per segment x surface: lift and $interval interval (forest)",
+        "One row per treatment, metric and segment x surface cell: lift with its interval and the units per "
+        "arm. Segment decisions need Benjamini-Hochberg over the cells, which PromQL cannot do: the adjusted "
+        "p-values and verdicts come from `rankwatch ab --prometheus URL`.",
+        [query(f"rankwatch:experiment_lift:ratio{{{LIFT_CELLS}}}", "", "A", instant=True),
+         query(f'rankwatch:experiment_lift_interval:lower{{{LIFT_CELLS}, interval="$interval"}}', "", "B", instant=True),
+         query(f'rankwatch:experiment_lift_interval:upper{{{LIFT_CELLS}, interval="$interval"}}', "", "C", instant=True),
+         query(f"rankwatch:experiment_observations:pair_sum{{{LIFT_CELLS}}}", "", "D", instant=True)],
+        rename={"Value #A": "lift", "Value #B": "lower", "Value #C": "upper", "Value #D": "n (both arms)"},
+        width=24))  # fmt: skip
     return board

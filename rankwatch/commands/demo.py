@@ -86,6 +86,14 @@ def _install_signals(stop: threading.Event) -> Callable[[], None]:
     default=None,
     help="Append one JSON line per published window to FILE.",
 )
+@click.option("--experiment-effect", "experiment_effects", multiple=True, metavar="ARM:SEGMENT:DELTA",
+              help="Run an A/B experiment (arms control, treatment, per user): ARM's model quality changes by "
+                   "DELTA in SEGMENT ('*' for all); repeatable. The view then shows the experiment.")
+@click.option("--experiment-users", type=click.IntRange(min=1), default=None, help="Users in the experiment.")
+@click.option("--user-effect-sd", type=click.FloatRange(min=0), default=None,
+              help="Per-user random effect on model quality (sd).")
+@click.option("--broken-split", type=click.FloatRange(min=0, max=0.99), default=None,
+              help="Share of treatment requests lost before logging (shows the SRM banner).")
 def command(
     duration: float | None,
     speed: float,
@@ -97,6 +105,10 @@ def command(
     regression_at: str,
     regression_drop: float,
     windows_out: Path | None,
+    experiment_effects: tuple[str, ...] = (),
+    experiment_users: int | None = None,
+    user_effect_sd: float | None = None,
+    broken_split: float | None = None,
 ) -> None:
     """The whole loop on one machine: simulated traffic, streaming windows, offline baseline, /metrics."""
     if duration is not None and duration <= 0:
@@ -111,6 +123,7 @@ def command(
         raise ConfigError("--regression-drop must be between 0 and 1")
     from rich.console import Console
 
+    from rankwatch.commands.simulate import experiment_traffic
     from rankwatch.demo import DemoOptions, run_demo
 
     segments = DemoOptions().segments
@@ -120,6 +133,7 @@ def command(
         duration_s=duration, speed=speed, seed=seed, bind=bind, port=port, requests_per_second=rate,
         regression_segment=regression_segment or None, regression_at_s=_seconds(regression_at, "--regression-at"),
         regression_drop=regression_drop, windows_out=windows_out,
+        experiment=experiment_traffic(experiment_effects, experiment_users, user_effect_sd, broken_split),
     )  # fmt: skip
     console = Console()
     summary = run_demo(options, console=console, install_signals=_install_signals)

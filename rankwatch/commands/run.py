@@ -30,6 +30,31 @@ def window_sink(*targets: Callable[[Any], object]) -> Callable[[Any], None]:
     return sink
 
 
+def experiment_collector(cfg: Any) -> Any:
+    """The ``rankwatch_experiment_*`` collector of the configured request-unit experiments (None: none).
+
+    Their state lives in the partition pairs' processors (``StreamConfig.experiments``). The windows must be sliced by each experiment's arm label (``[slices] by``), else a ConfigError.
+    Experiments with ``unit = "user"`` are not exported yet (docs/experiments.md): logged and skipped.
+    """
+    from rankwatch.errors import ConfigError
+    from rankwatch.exporters.experiments import ExperimentCollector
+
+    if not cfg.experiments:
+        return None
+    by = cfg.stream.slice_spec.by
+    specs = []
+    for spec in cfg.experiments:
+        if spec.label not in by:
+            raise ConfigError(f"experiment {spec.name!r}: its arm label {spec.label!r} must be in [slices] by "
+                              f"(now {', '.join(by) or 'nothing'})")  # fmt: skip
+        if spec.unit == "user":
+            logging.getLogger("rankwatch").warning(
+                "experiment %r: unit = 'user' is not exported online yet; use rankwatch ab on logs", spec.name)
+            continue
+        specs.append(spec)
+    return ExperimentCollector(specs=specs) if specs else None
+
+
 @click.command("run")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="TOML configuration (see docs/kafka.md and examples/rankwatch.toml).")
@@ -67,7 +92,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     targets: list[Callable[[Any], object]] = []
     if writer is not None:
         targets.append(writer.write)
-    state = server = watcher = scheduler = None
+    state = server = watcher = scheduler = experiments = None
     if cfg.exporter.enabled:
         from rankwatch.exporters.baselines import BaselineWatcher
         from rankwatch.exporters.collector import build_registry
@@ -77,6 +102,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
 
         state = MetricsState.for_stream(cfg.stream)
         targets.append(state.publish_window)
+        experiments = experiment_collector(cfg)
         if cfg.baselines:
             watcher = BaselineWatcher(list(cfg.baselines), state)
             watcher.load_initial()
@@ -88,6 +114,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             if health.merged is not None:
                 state.set_stream_stats(health.merged)
             state.set_consumer_lag(health.lag)
+            if experiments is not None:  # the pairs' experiment sums, taken on the consuming thread
+                experiments.set_parts({p: s.experiments for p, s in health.stats.items()})
 
     service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
                               on_health=on_health)
@@ -97,7 +125,10 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             tls = TLSConfig(str(ex.tls_certfile), str(ex.tls_keyfile)) if ex.tls_certfile and ex.tls_keyfile else None
             auth = (BasicAuth.from_file(ex.basic_auth_user, str(ex.basic_auth_password_file))
                     if ex.basic_auth_password_file else None)
-            server = MetricsServer(build_registry(state), bind=ex.host, port=ex.port, tls=tls, auth=auth,
+            registry = build_registry(state)
+            if experiments is not None:
+                registry.register(experiments)
+            server = MetricsServer(registry, bind=ex.host, port=ex.port, tls=tls, auth=auth,
                                    ready=service.ready).start()
         except (OSError, ValueError) as e:
             raise RankwatchError(f"exporter cannot listen on {cfg.exporter.host}:{cfg.exporter.port}: {e}") from None

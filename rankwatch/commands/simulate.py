@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from rankwatch.errors import RankwatchError
+
+if TYPE_CHECKING:
+    from rankwatch.pipeline.generator import ExperimentTraffic
 
 
 def _duration_s(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -72,12 +76,22 @@ def _rate(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--close-windows", "close_after", default=None, callback=_duration_s,
               help="After the traffic, send one marker impression per partition this much later in event "
                    "time (e.g. 2h) so every window of the traffic closes without waiting for idle timeouts.")
+@click.option("--experiment-effect", "experiment_effects", multiple=True, metavar="ARM:SEGMENT:DELTA",
+              help="A/B experiment: change of model quality for ARM in SEGMENT ('*' for all); repeatable. "
+                   "Arms are the variants (control, treatment), assigned per user.")
+@click.option("--experiment-users", type=click.IntRange(min=1), default=None,
+              help="Users in the experiment (default 2000 when an experiment option is given).")
+@click.option("--user-effect-sd", type=click.FloatRange(min=0), default=None,
+              help="Per-user random effect on model quality (sd), so a user's requests correlate.")
+@click.option("--broken-split", type=click.FloatRange(min=0, max=0.99), default=None,
+              help="Share of the treatment arm's requests lost before logging (a sample-ratio mismatch).")
 def command(
     bootstrap_servers: str, impressions_topic: str, clicks_topic: str, rate: float, duration: float, seed: int,
     fast: bool, start_text: str | None, items_per_request: int, regression_segment: str | None,
     regression_from: float, regression_drop: float, malformed_rate: float, duplicate_rate: float,
     out_of_order: float, attribution_window: float, ground_truth: Path | None, events_out: Path | None,
-    create_topics: bool, partitions: int, close_after: float | None,
+    create_topics: bool, partitions: int, close_after: float | None, experiment_effects: tuple[str, ...] = (),
+    experiment_users: int | None = None, user_effect_sd: float | None = None, broken_split: float | None = None,
 ) -> None:
     """Produce simulated ranking traffic to Kafka."""
     import time
@@ -104,6 +118,7 @@ def command(
         regression=Regression(regression_segment, regression_from, regression_drop) if regression_segment else None,
         duplicate_rate=duplicate_rate, malformed_rate=malformed_rate, out_of_order_ms=int(out_of_order * 1000),
         attribution_window_ms=int(attribution_window * 1000),
+        experiment=experiment_traffic(experiment_effects, experiment_users, user_effect_sd, broken_split),
     )
     client = {"bootstrap_servers": [s.strip() for s in bootstrap_servers.split(",") if s.strip()],
               "bootstrap_timeout_ms": 5000}
@@ -164,3 +179,29 @@ def command(
         f"sent {report.sent['impressions']} impressions and {report.sent['clicks']} clicks "
         f"in {elapsed:.1f} s to {bootstrap_servers}", err=True,
     )
+
+
+def experiment_traffic(
+    effects: tuple[str, ...], users: int | None, user_effect_sd: float | None, broken_split: float | None,
+    arms: tuple[str, ...] = ("control", "treatment"),
+) -> ExperimentTraffic | None:
+    """The generator's :class:`ExperimentTraffic` from the command-line options (None when none is given)."""
+    from rankwatch.pipeline.generator import ExperimentTraffic
+
+    if not effects and users is None and user_effect_sd is None and broken_split is None:
+        return None
+    parsed = []
+    for text in effects:
+        parts = text.split(":")
+        try:
+            arm, segment, delta = parts[0], parts[1], float(parts[2])
+            if len(parts) != 3 or not arm or not segment:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise click.BadParameter(f"expected ARM:SEGMENT:DELTA, got {text!r}", param_hint="--experiment-effect") from None
+        parsed.append((arm, segment, delta))
+    try:
+        return ExperimentTraffic(arms=arms, effects=tuple(parsed), users=users or 2_000,
+                                 user_effect_sd=user_effect_sd or 0.0, broken_split=broken_split or 0.0)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--experiment-effect") from None

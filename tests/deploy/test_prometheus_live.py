@@ -56,6 +56,8 @@ VARIABLE_VALUES = {
     "metric": ".*",
     "window": "1h",
     "control": "control",
+    "experiment": ".*",
+    "interval": "sequential",
 }
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]

@@ -31,11 +31,11 @@ def _promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_config_is_valid() -> None:
     result = _promtool("check", "config", PROM_DIR / "prometheus.yml")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 rule files found" in result.stdout
+    assert "3 rule files found" in result.stdout
 
 
 def test_rules_are_valid() -> None:
-    assert len(RULE_FILES) == 2
+    assert len(RULE_FILES) == 3
     result = _promtool("check", "rules", *RULE_FILES)
     assert result.returncode == 0, result.stdout + result.stderr
 

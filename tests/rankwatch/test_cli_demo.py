@@ -149,3 +149,14 @@ def test_demo_port_in_use_is_a_one_line_error() -> None:
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("rankwatch: error: demo: cannot listen on 127.0.0.1:")
     assert proc.stderr.count("\n") == 1
+
+
+def test_demo_shows_the_experiment_and_a_broken_split() -> None:
+    proc = _start("--duration", "15", "--port", "0", "--speed", "400", "--regression-segment", "",
+                  "--experiment-effect", "treatment:new_user:-0.3", "--broken-split", "0.15")
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("experiment ndcg@10 lift")]
+    assert lines, out
+    assert "MISMATCH" in lines[-1] and "worse in new_user" in lines[-1]
+    assert "returning" not in lines[-1] and "power_user" not in lines[-1]
