@@ -34,7 +34,7 @@ from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_lists  # n
 from rankwatch.pipeline.generator import CLICK_PROBS, GRADE_PROBS  # noqa: E402
 from rankwatch.pipeline.kernel import offsets_from_lengths  # noqa: E402
 from rankwatch.pipeline.options import MetricOptions  # noqa: E402
-from rankwatch.pipeline.uncertainty import auc_pr_stderr, auc_roc_stderr, interval  # noqa: E402
+from rankwatch.pipeline.uncertainty import auc_pr_stderr, auc_roc_stderr, clustered_variance, interval  # noqa: E402
 
 METRICS = ("mrr", "ndcg@10", "map@10", "auc_roc", "auc_pr")
 ITEMS = 20
@@ -118,16 +118,22 @@ def coverage(
             pooled = {
                 "auc_roc": auc_roc_stderr(agg.histogram), "auc_pr": auc_pr_stderr(agg.histogram),
             }
+            assert agg.clusters is not None
+            var_roc, var_pr = clustered_variance("roc", agg.clusters), clustered_variance("pr", agg.clusters)
+            clustered = {
+                "auc_roc": None if var_roc is None else var_roc**0.5, "auc_pr": None if var_pr is None else var_pr**0.5,
+            }
             for m in METRICS:
                 v, se = values[m], ses[m]
                 for method in ("logit", "wald"):
                     ci = interval(v, se, 0.95, method)  # type: ignore[arg-type]
                     if ci is not None and ci[0] <= true[m] <= ci[1]:
                         hits[f"{m}/{method}"] = hits.get(f"{m}/{method}", 0) + 1
-                if m in pooled:
-                    ci = interval(v, pooled[m], 0.95, "logit")  # type: ignore[arg-type]
-                    if ci is not None and ci[0] <= true[m] <= ci[1]:
-                        hits[f"{m}/pooled"] = hits.get(f"{m}/pooled", 0) + 1
+                for name, ses_of in (("pooled", pooled), ("clustered", clustered)):
+                    if m in ses_of:
+                        ci = interval(v, ses_of[m], 0.95, "logit")  # type: ignore[arg-type]
+                        if ci is not None and ci[0] <= true[m] <= ci[1]:
+                            hits[f"{m}/{name}"] = hits.get(f"{m}/{name}", 0) + 1
         done += w
     return Coverage(hits, n_windows)
 
@@ -141,7 +147,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
-    print("coverage of 95 % intervals, %: logit (wald) [pooled-item SE, logit] for AUCs")
+    print("coverage of 95 % intervals, %: logit (wald); AUCs also [item-level only, clustered only], logit")
     print("| population | window | " + " | ".join(METRICS) + " |")
     print("|---|---|" + "---|" * len(METRICS))
     for population in args.populations.split(","):
@@ -154,7 +160,7 @@ def main() -> None:
             for m in METRICS:
                 cell = f"{cov.percent(m + '/logit'):.1f} ({cov.percent(m + '/wald'):.1f})"
                 if m.startswith("auc"):
-                    cell += f" [{cov.percent(m + '/pooled'):.1f}]"
+                    cell += f" [{cov.percent(m + '/pooled'):.1f}, {cov.percent(m + '/clustered'):.1f}]"
                 cells.append(cell)
             print(f"| {population} | {size:,} requests x {n} | " + " | ".join(cells) + " |", flush=True)
         print("| truth | " + population + " | " + " | ".join(f"{true[m]:.4f}" for m in METRICS) + " |")

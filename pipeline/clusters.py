@@ -27,7 +27,7 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-N_CLUSTERS = 32
+N_CLUSTERS = 1024
 MAX_BINS = 65_536
 
 
