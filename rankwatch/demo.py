@@ -61,7 +61,9 @@ class DemoOptions:
     regression_at_s: float = 900.0  # event-time offset from the start
     regression_drop: float = 0.4
     windows_out: Path | None = None
-    baseline_requests: int = 4000
+    # 20,000 (about 1,700 per slice): the baseline's own SE then stays near the online 1h window's, so
+    # a healthy slice's baseline is rarely off by a significant amount (docs/alerts.md, multiplicity).
+    baseline_requests: int = 20_000
     attribution_window_s: float = 300.0
     segments: tuple[str, ...] = ("new_user", "returning", "power_user")
     surfaces: tuple[str, ...] = ("home_feed", "search")
