@@ -170,6 +170,22 @@ def _unsortable(codes: npt.NDArray[np.uint64]) -> FloatArray:
     return bits.view(np.float32).astype(np.float64)
 
 
+def _equal_count_runs(sorted_keys: npt.NDArray[np.uint64], max_bins: int) -> IntArray:
+    """Starts of runs of about ``m / max_bins`` items each, never across buckets (about ``max_bins`` runs).
+
+    Too many items for the state: each bucket's items are cut into equal-count runs, each valued at its
+    highest score, as :meth:`ClusterHistograms.compressed` would do, without building every bin first
+    (work on ``max_bins``-sized arrays plus one gather). A tie may span two runs; both keep the same score.
+    """
+    m = sorted_keys.size
+    edges = np.searchsorted(sorted_keys, np.arange(N_CLUSTERS + 1, dtype=np.uint64) << np.uint64(33))
+    sizes = np.diff(edges)
+    runs = np.where(sizes > 0, np.maximum(1, (sizes * max_bins) // m), 0)
+    bucket_of_run = np.repeat(np.arange(N_CLUSTERS), runs)
+    j = np.arange(runs.sum()) - np.repeat(np.cumsum(runs) - runs, runs)
+    return (edges[bucket_of_run] + (j * sizes[bucket_of_run]) // runs[bucket_of_run]).astype(np.int64)
+
+
 def cluster_histograms_by_group(
     scores: FloatArray, relevant: npt.NDArray[np.bool_], item_bucket: IntArray, item_group: IntArray, n_groups: int,
     max_bins: int = MAX_BINS,
@@ -202,21 +218,16 @@ def cluster_histograms_by_group(
             continue
         k = np.sort(keys[a:b])
         m = k.size
-        cell = k >> np.uint64(1)  # (bucket, score) of each item
         if m > max_bins:
-            # Too many for the state: equal-count runs of each bucket's items (valued at the highest),
-            # as :meth:`ClusterHistograms.compressed` would do, without building every bin first.
-            bucket = (cell >> np.uint64(32)).astype(np.int64)
-            sizes = np.bincount(bucket, minlength=N_CLUSTERS)
-            rank = np.arange(m) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-            cell = (bucket * max_bins + rank * max_bins // m).astype(np.uint64)
-        new = np.empty(m, dtype=bool)
-        new[0] = True
-        np.not_equal(cell[1:], cell[:-1], out=new[1:])
-        starts = np.flatnonzero(new)
+            starts = _equal_count_runs(k, max_bins)
+        else:
+            cell = k >> np.uint64(1)  # (bucket, score) of each item
+            new = np.empty(m, dtype=bool)
+            new[0] = True
+            np.not_equal(cell[1:], cell[:-1], out=new[1:])
+            starts = np.flatnonzero(new)
         count = np.diff(starts, append=m)
-        low = k & np.uint64(1)
-        pos = np.add.reduceat(low, starts).astype(np.int64)
+        pos = np.add.reduceat(k & np.uint64(1), starts).astype(np.int64)
         last = k[np.append(starts[1:], m) - 1] >> np.uint64(1)
         out.append(ClusterHistograms(
             (last >> np.uint64(32)).astype(np.int64), _unsortable(last & np.uint64(0xFFFFFFFF)),

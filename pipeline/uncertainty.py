@@ -186,7 +186,8 @@ def _clustered(which: str, hist: ScoreHistogram, clusters: ClusterHistograms | N
     if item is None or clusters is None or not clusters.n_bins:
         return item
     clustered = clustered_variance(which, clusters)
-    return item if clustered is None else max(item, clustered)
+    # None with a single request bucket: a request-level uncertainty cannot be estimated from one.
+    return None if clustered is None else max(item, clustered)
 
 
 def auc_roc_stderr(hist: ScoreHistogram, clusters: ClusterHistograms | None = None) -> float | None:
