@@ -11,7 +11,8 @@ The bucket of a request is a hash of its own content (the bit patterns of its sc
 2**64, and its length), so it does not depend on batch, partition or arrival order: ``a.merge(b)``
 equals the state built from the union of their requests, exactly (integer counts per (bucket, score)).
 
-Scores are kept at float32 resolution (24 significant bits; the point estimates use the exact scores).
+Scores are kept at a 21-bit order-preserving code (about 2.4e-4 relative resolution; the point estimates
+use the exact scores).
 Memory is bounded: beyond :data:`MAX_BINS` (bucket, score) bins, adjacent scores of a bucket are merged
 (valued at the highest). This only coarsens the standard error's score resolution; the point estimates
 come from :class:`pipeline.auc.ScoreHistogram`, which is unaffected.
@@ -28,7 +29,10 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 N_CLUSTERS = 1024
-MAX_BINS = 65_536
+# A state beyond MAX_BINS folds its buckets to FOLDED_CLUSTERS (bucket % 64: still whole requests per
+# cluster, 63 degrees of freedom) before merging adjacent scores, so its score resolution stays fine.
+FOLDED_CLUSTERS = 64
+MAX_BINS = 16_384
 
 
 def request_buckets(scores: FloatArray, lengths: IntArray) -> IntArray:
@@ -57,13 +61,24 @@ def request_buckets(scores: FloatArray, lengths: IntArray) -> IntArray:
 class ClusterHistograms:
     """Positives and negatives per (bucket, score) bin, sorted by bucket then score; merges exactly."""
 
-    __slots__ = ("bucket", "scores", "pos", "neg")
+    __slots__ = ("bucket", "scores", "pos", "neg", "clusters")
 
-    def __init__(self, bucket: IntArray, scores: FloatArray, pos: IntArray, neg: IntArray) -> None:
+    def __init__(
+        self, bucket: IntArray, scores: FloatArray, pos: IntArray, neg: IntArray, clusters: int = N_CLUSTERS
+    ) -> None:
         self.bucket = bucket
         self.scores = scores
         self.pos = pos
         self.neg = neg
+        self.clusters = clusters  # N_CLUSTERS, or FOLDED_CLUSTERS once folded
+
+    def folded(self) -> ClusterHistograms:
+        """The same counts with buckets folded to ``FOLDED_CLUSTERS`` (bucket % 64)."""
+        if self.clusters == FOLDED_CLUSTERS:
+            return self
+        out = ClusterHistograms.from_bins(self.bucket % FOLDED_CLUSTERS, self.scores, self.pos, self.neg)
+        out.clusters = FOLDED_CLUSTERS
+        return out
 
     @classmethod
     def empty(cls) -> ClusterHistograms:
@@ -99,22 +114,27 @@ class ClusterHistograms:
             return cls.empty()
         if len(parts) == 1:
             return parts[0].compressed(max_bins)
+        clusters = min(p.clusters for p in parts)  # a folded part folds the merge
         merged = cls.from_bins(
-            np.concatenate([p.bucket for p in parts]),
+            np.concatenate([p.bucket % clusters for p in parts]),
             np.concatenate([p.scores for p in parts]),
             np.concatenate([p.pos for p in parts]),
             np.concatenate([p.neg for p in parts]),
         )
+        merged.clusters = clusters
         return merged.compressed(max_bins)
 
     def merge(self, other: ClusterHistograms) -> ClusterHistograms:
         return ClusterHistograms.merge_many([self, other])
 
     def compressed(self, max_bins: int = MAX_BINS) -> ClusterHistograms:
-        """At most about ``max_bins`` bins: runs of adjacent scores of one bucket become one bin."""
+        """At most about ``max_bins`` bins: buckets folded, then runs of adjacent scores of one bucket
+        become one bin."""
         n = self.n_bins
         if n <= max_bins:
             return self
+        if self.clusters != FOLDED_CLUSTERS:
+            return self.folded().compressed(max_bins)
         # Bin index within its bucket, scaled so that every bucket keeps about max_bins / n of its bins.
         sizes = np.bincount(self.bucket, minlength=N_CLUSTERS)
         first = np.repeat(np.cumsum(sizes) - sizes, sizes)
@@ -127,7 +147,7 @@ class ClusterHistograms:
         ends = np.append(starts[1:], n) - 1
         return ClusterHistograms(
             self.bucket[starts], self.scores[ends].copy(),
-            np.add.reduceat(self.pos, starts), np.add.reduceat(self.neg, starts),
+            np.add.reduceat(self.pos, starts), np.add.reduceat(self.neg, starts), self.clusters,
         )
 
     def to_state(self) -> dict[str, Any]:
@@ -136,6 +156,7 @@ class ClusterHistograms:
             "scores": self.scores.astype("<f8").tobytes(),
             "pos": self.pos.astype("<i8").tobytes(),
             "neg": self.neg.astype("<i8").tobytes(),
+            **({} if self.clusters == N_CLUSTERS else {"clusters": self.clusters}),
         }
 
     @classmethod
@@ -145,92 +166,123 @@ class ClusterHistograms:
             np.frombuffer(state["scores"], dtype="<f8").astype(np.float64),
             np.frombuffer(state["pos"], dtype="<i8").astype(np.int64),
             np.frombuffer(state["neg"], dtype="<i8").astype(np.int64),
+            int(state.get("clusters", N_CLUSTERS)),
         )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ClusterHistograms) and all(
-            np.array_equal(getattr(self, a), getattr(other, a)) for a in self.__slots__
+        return isinstance(other, ClusterHistograms) and self.clusters == other.clusters and all(
+            np.array_equal(getattr(self, a), getattr(other, a)) for a in ("bucket", "scores", "pos", "neg")
         )
 
 
-def _sortable(scores: FloatArray) -> npt.NDArray[np.uint64]:
-    """Order-preserving unsigned codes of the scores rounded to float32 (24-bit mantissa), as uint64."""
-    f32 = scores.astype(np.float32)
+# One uint32 key per item: bucket (10 bits) | score code (21 bits) | relevant (1 bit).
+_CODE_BITS = 21
+_BUCKET_SHIFT = _CODE_BITS + 1
+_U1 = np.uint32(1)
+
+
+def _score_codes(scores: FloatArray) -> npt.NDArray[np.uint32]:
+    """Order-preserving 21-bit codes of the scores: float32's sign, exponent and top 12 mantissa bits.
+
+    Monotone (a higher score never gets a lower code); scores within about 2.4e-4 relative share a code.
+    """
+    f32 = np.clip(scores, -3.0e38, 3.0e38).astype(np.float32)  # finite in float32
     f32 += np.float32(0.0)  # turns -0.0 into 0.0
     bits = f32.view(np.uint32)
     flip = (bits.view(np.int32) >> 31).view(np.uint32)  # all ones for negatives
     flip |= np.uint32(0x80000000)
     bits ^= flip
-    return bits.astype(np.uint64)
+    bits >>= np.uint32(32 - _CODE_BITS)
+    return bits
 
 
-def _unsortable(codes: npt.NDArray[np.uint64]) -> FloatArray:
-    u = codes.astype(np.uint32)
+def _code_scores(codes: npt.NDArray[np.uint32]) -> FloatArray:
+    """The lowest score of each code's cell (inverse of :func:`_score_codes` up to the dropped bits)."""
+    u = codes.astype(np.uint32) << np.uint32(32 - _CODE_BITS)
     bits = np.where(u >> np.uint32(31), u ^ np.uint32(0x80000000), ~u)
-    return bits.view(np.float32).astype(np.float64)
-
-
-def _equal_count_runs(sorted_keys: npt.NDArray[np.uint64], max_bins: int) -> IntArray:
-    """Starts of runs of about ``m / max_bins`` items each, never across buckets (about ``max_bins`` runs).
-
-    Too many items for the state: each bucket's items are cut into equal-count runs, each valued at its
-    highest score, as :meth:`ClusterHistograms.compressed` would do, without building every bin first
-    (work on ``max_bins``-sized arrays plus one gather). A tie may span two runs; both keep the same score.
-    """
-    m = sorted_keys.size
-    edges = np.searchsorted(sorted_keys, np.arange(N_CLUSTERS + 1, dtype=np.uint64) << np.uint64(33))
-    sizes = np.diff(edges)
-    runs = np.where(sizes > 0, np.maximum(1, (sizes * max_bins) // m), 0)
-    bucket_of_run = np.repeat(np.arange(N_CLUSTERS), runs)
-    j = np.arange(runs.sum()) - np.repeat(np.cumsum(runs) - runs, runs)
-    return (edges[bucket_of_run] + (j * sizes[bucket_of_run]) // runs[bucket_of_run]).astype(np.int64)
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
 def cluster_histograms_by_group(
     scores: FloatArray, relevant: npt.NDArray[np.bool_], item_bucket: IntArray, item_group: IntArray, n_groups: int,
     max_bins: int = MAX_BINS,
 ) -> list[ClusterHistograms]:
-    """One :class:`ClusterHistograms` per group id in ``range(n_groups)``.
+    """One :class:`ClusterHistograms` per group id in ``range(n_groups)``, with one sort and no Python
+    loop over items.
 
-    The state is for standard errors only, so scores are kept at float32 resolution; that makes one
-    ``uint64`` key per item, ``bucket << 33 | score code << 1 | relevant``, and a value sort of the keys
-    per group gives every bin and its positives (no argsort of the floats, which costs about as much as
-    the whole offline run). Groups are split with one radix sort of the group ids, as in
-    :func:`pipeline.auc.histograms_by_group`.
+    The state is for standard errors only, so scores are kept at a 21-bit order-preserving code (about
+    2.4e-4 relative resolution). That makes one ``uint64`` key per item, ``group << 32 | bucket << 22 |
+    code << 1 | relevant``; one value sort of the keys (numpy's vectorised sort; no argsort of the floats,
+    which costs about as much as the whole offline run) orders every group's bins, and bin starts, counts
+    and positives follow from vectorised passes. A group with more than ``max_bins`` items is cut into
+    equal-count runs per bucket instead (about ``max_bins`` bins, each valued at its highest item's code,
+    as :meth:`ClusterHistograms.compressed` would do), so no group's state exceeds the bound.
     """
-    if scores.size == 0:
+    m = scores.size
+    if m == 0:
         return [ClusterHistograms.empty() for _ in range(n_groups)]
-    keys = _sortable(scores)
-    keys <<= np.uint64(1)
-    keys |= relevant
-    keys |= item_bucket.astype(np.uint64) << np.uint64(33)
-    if n_groups == 1:
-        bounds = np.array([0, keys.size])
+    group_sizes = np.bincount(item_group, minlength=n_groups) if n_groups > 1 else np.array([m])
+    folded = group_sizes > max_bins  # these groups' states fold their buckets (see FOLDED_CLUSTERS)
+    bucket = item_bucket.astype(np.uint32)
+    if folded.all():
+        bucket &= np.uint32(FOLDED_CLUSTERS - 1)
+    elif folded.any():
+        bucket = np.where(folded[item_group], bucket & np.uint32(FOLDED_CLUSTERS - 1), bucket)
+    code = _score_codes(scores)
+    code <<= _U1
+    code |= relevant
+    code |= bucket << np.uint32(_BUCKET_SHIFT)
+    keys = code.astype(np.uint64)
+    if n_groups > 1:
+        keys |= item_group.astype(np.uint64) << np.uint64(32)
+    keys.sort()
+    group_edges = np.searchsorted(keys, np.arange(n_groups + 1, dtype=np.uint64) << np.uint64(32))
+    group_edges[-1] = m
+    sizes = np.diff(group_edges)
+    big = np.flatnonzero(sizes > max_bins)
+    if big.size < n_groups:  # distinct (bucket, code) bins of the groups within the bound
+        cell = keys >> np.uint64(1)  # (group, bucket, code) of each item
+        new = np.empty(m, dtype=bool)
+        new[0] = True
+        np.not_equal(cell[1:], cell[:-1], out=new[1:])
+        if big.size:
+            new &= np.repeat(sizes <= max_bins, sizes)
+        starts = np.flatnonzero(new)
     else:
-        small = np.uint8 if n_groups <= 1 << 8 else np.uint16 if n_groups <= 1 << 16 else np.int64
-        by_group = np.argsort(item_group.astype(small), kind="stable")
-        bounds = np.searchsorted(item_group[by_group], np.arange(n_groups + 1))
-        keys = keys[by_group]
-    out = []
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        if a == b:
-            out.append(ClusterHistograms.empty())
-            continue
-        k = np.sort(keys[a:b])
-        m = k.size
-        if m > max_bins:
-            starts = _equal_count_runs(k, max_bins)
-        else:
-            cell = k >> np.uint64(1)  # (bucket, score) of each item
-            new = np.empty(m, dtype=bool)
-            new[0] = True
-            np.not_equal(cell[1:], cell[:-1], out=new[1:])
-            starts = np.flatnonzero(new)
-        count = np.diff(starts, append=m)
-        pos = np.add.reduceat(k & np.uint64(1), starts).astype(np.int64)
-        last = k[np.append(starts[1:], m) - 1] >> np.uint64(1)
-        out.append(ClusterHistograms(
-            (last >> np.uint64(32)).astype(np.int64), _unsortable(last & np.uint64(0xFFFFFFFF)),
-            pos, (count - pos).astype(np.int64),
-        ))
-    return out
+        starts = np.empty(0, dtype=np.int64)
+    if big.size:
+        runs = _equal_count_runs(keys, group_edges, big, max_bins)  # ascending already
+        starts = np.sort(np.concatenate([starts, runs])) if starts.size else runs
+    count = np.diff(starts, append=m)
+    pos = np.add.reduceat(keys & np.uint64(1), starts).astype(np.int64)
+    last = keys[np.append(starts[1:], m) - 1] >> np.uint64(1)
+    bin_edges = np.searchsorted(starts, group_edges)
+    bin_bucket = ((last >> np.uint64(_CODE_BITS)) & np.uint64(N_CLUSTERS - 1)).astype(np.int64)
+    values = _code_scores((last & np.uint64((1 << _CODE_BITS) - 1)).astype(np.uint32))
+    neg = (count - pos).astype(np.int64)
+    return [
+        ClusterHistograms(
+            bin_bucket[a:b], values[a:b], pos[a:b], neg[a:b], FOLDED_CLUSTERS if folded[g] else N_CLUSTERS
+        )
+        if b > a else ClusterHistograms.empty()
+        for g, (a, b) in enumerate(zip(bin_edges[:-1], bin_edges[1:], strict=True))
+    ]
+
+
+def _equal_count_runs(
+    keys: npt.NDArray[np.uint64], group_edges: IntArray, big: IntArray, max_bins: int
+) -> IntArray:
+    """Starts of equal-count runs in the groups ``big`` (sorted ``keys``), never across buckets: about
+    ``max_bins`` runs per group of ``m_g / max_bins`` items each. A tie may span two runs; both keep the
+    same code. Vectorised over the groups and buckets (one search per (group, bucket))."""
+    firsts = (big.astype(np.uint64)[:, None] << np.uint64(32)) | (
+        np.arange(N_CLUSTERS, dtype=np.uint64)[None, :] << np.uint64(_BUCKET_SHIFT)
+    )
+    edges = np.searchsorted(keys, firsts.ravel()).reshape(big.size, N_CLUSTERS)
+    ends = np.concatenate([edges[:, 1:], group_edges[big + 1][:, None]], axis=1)
+    sizes = (ends - edges).ravel()
+    m = np.repeat(group_edges[big + 1] - group_edges[big], N_CLUSTERS)
+    runs = np.where(sizes > 0, np.maximum(1, (sizes * max_bins) // m), 0)
+    cell_of_run = np.repeat(np.arange(sizes.size), runs)
+    j = np.arange(runs.sum()) - np.repeat(np.cumsum(runs) - runs, runs)
+    return (edges.ravel()[cell_of_run] + (j * sizes[cell_of_run]) // runs[cell_of_run]).astype(np.int64)

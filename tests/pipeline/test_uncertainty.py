@@ -16,6 +16,7 @@ from sklearn.metrics import average_precision_score
 from rankwatch.pipeline.aggregates import MetricSum, RankingAggregate, aggregate_lists
 from rankwatch.pipeline.auc import ScoreHistogram
 from rankwatch.pipeline.clusters import (
+    FOLDED_CLUSTERS,
     N_CLUSTERS,
     ClusterHistograms,
     cluster_histograms_by_group,
@@ -285,13 +286,20 @@ def test_cluster_state_is_bounded_and_merges_exactly() -> None:
     n = 20_000
     scores, rel = rng.random(n), rng.random(n) < 0.2
     bucket = rng.integers(0, N_CLUSTERS, n)
-    small = cluster_histograms_by_group(scores, rel, bucket, np.zeros(n, np.int64), 1, max_bins=8192)[0]
-    assert small.n_bins <= 8192 + N_CLUSTERS and small.pos.sum() == rel.sum() and small.neg.sum() == (~rel).sum()
-    full = whole_clusters(scores, rel, bucket)
-    se_full = auc_roc_stderr(ScoreHistogram.from_pairs(scores, rel), full)
-    se_small = auc_roc_stderr(ScoreHistogram.from_pairs(scores, rel), small)
-    assert se_small == pytest.approx(se_full, rel=0.02)  # coarser scores, nearly the same SE
+    zeros = np.zeros(n, np.int64)
+    full = cluster_histograms_by_group(scores, rel, bucket, zeros, 1, max_bins=10**9)[0]
+    small = cluster_histograms_by_group(scores, rel, bucket, zeros, 1, max_bins=4096)[0]
+    # bounded: buckets folded to 64 (whole requests still), then equal-count runs; counts kept
+    assert small.clusters == FOLDED_CLUSTERS and set(small.bucket.tolist()) <= set(range(FOLDED_CLUSTERS))
+    assert small.n_bins <= 4096 + FOLDED_CLUSTERS and small.pos.sum() == rel.sum() and small.neg.sum() == (~rel).sum()
+    # the runs only coarsen the scores: the same clustering at full resolution gives nearly the same SE
+    for which in ("roc", "pr"):
+        exact = clustered_variance(which, full.folded())
+        assert clustered_variance(which, small) == pytest.approx(exact, rel=0.03), which
+    # merging parts equals the whole (below the bound), and a folded part folds the merge
     half = n // 2
-    a = whole_clusters(scores[:half], rel[:half], bucket[:half])
-    b = whole_clusters(scores[half:], rel[half:], bucket[half:])
+    a = cluster_histograms_by_group(scores[:half], rel[:half], bucket[:half], zeros[:half], 1, max_bins=10**9)[0]
+    b = cluster_histograms_by_group(scores[half:], rel[half:], bucket[half:], zeros[half:], 1, max_bins=10**9)[0]
     assert ClusterHistograms.merge_many([a, b], max_bins=10**9) == full
+    assert ClusterHistograms.merge_many([a.folded(), b], max_bins=10**9) == full.folded()
+    assert ClusterHistograms.from_state(small.to_state()) == small
