@@ -5,17 +5,20 @@ pooled AUC's variance computed as if every item were independent is too small wh
 request to request. The fix is a cluster-robust variance with whole requests as clusters. Keeping one
 histogram per request would be unbounded, so requests are hashed into :data:`N_CLUSTERS` buckets and
 each bucket keeps a score histogram; a bucket holds whole requests, so buckets are valid (coarser)
-clusters, and with 32 buckets the variance estimate has up to 31 degrees of freedom.
+clusters. With 1,024 buckets a window of up to a few hundred requests has nearly one request per bucket.
 
 The bucket of a request is a hash of its own content (the bit patterns of its scores, summed modulo
 2**64, and its length), so it does not depend on batch, partition or arrival order: ``a.merge(b)``
-equals the state built from the union of their requests, exactly (integer counts per (bucket, score)).
+equals the state built from the union of their requests, exactly (integer counts per (bucket, score)),
+as long as the state stays within :data:`MAX_BINS`.
 
 Scores are kept at a 21-bit order-preserving code (about 2.4e-4 relative resolution; the point estimates
-use the exact scores).
-Memory is bounded: beyond :data:`MAX_BINS` (bucket, score) bins, adjacent scores of a bucket are merged
-(valued at the highest). This only coarsens the standard error's score resolution; the point estimates
-come from :class:`pipeline.auc.ScoreHistogram`, which is unaffected.
+use the exact scores). Memory is bounded: beyond :data:`MAX_BINS` (bucket, score) bins a state folds its
+buckets to :data:`FOLDED_CLUSTERS` (bucket % 64, still whole requests per cluster, 63 degrees of freedom,
+plenty for windows that large) and merges runs of adjacent scores of a bucket (valued at the highest).
+Beyond the bound the AUC standard errors are therefore approximate (within about 1 % in tests; merging
+compressed parts and compressing the union give slightly different runs); the point estimates come from
+:class:`pipeline.auc.ScoreHistogram` and are unaffected.
 """
 
 from __future__ import annotations
