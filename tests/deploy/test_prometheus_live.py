@@ -227,6 +227,12 @@ def warmed(live: tuple[Prometheus, list[subprocess.Popen[bytes]]]) -> Prometheus
     _wait("RankwatchQualityBelowBaseline for new_user", regressed_alert, deadline, procs)
     # Every query below needs a few scrapes of the cumulative counters (rate) and of the 5m window.
     _wait("fleet-exact 5m means", lambda: prom.query("metric:rankwatch_ranking_metric:mean_rate5m"), deadline, procs)
+    # ... and the 95 % bands of the 1h window (their rules evaluate after the drift SE the alert reads).
+    bands = (
+        'segment_surface_variant:rankwatch_ranking_quality_online:lower95{window="1h"}',
+        'segment_surface_variant:rankwatch_ranking_quality_drift:lower95{window="1h"}',
+    )
+    _wait("95 % bands", lambda: all(prom.query(q) for q in bands), deadline, procs)
     return prom
 
 
