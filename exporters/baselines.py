@@ -88,7 +88,9 @@ def _labels(entry: Mapping[str, Any], file_variant: str | None) -> dict[str, str
 
 def _values(entry: Mapping[str, Any], metric_names: tuple[str, ...]) -> SeriesValues:
     metrics = {name: None if entry[name] is None else float(entry[name]) for name in metric_names}
-    return SeriesValues(requests=int(entry["requests"]), metrics=metrics)
+    ses = entry.get("stderr") or {}  # absent in baseline files written before issue 11
+    stderr = {name: None if ses.get(name) is None else float(ses[name]) for name in metric_names}
+    return SeriesValues(requests=int(entry["requests"]), metrics=metrics, stderr=stderr)
 
 
 def load_baseline_file(path: str | os.PathLike[str]) -> LoadedBaseline:

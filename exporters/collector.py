@@ -242,6 +242,23 @@ def _ranking_families(snap: Snapshot) -> Iterator[Metric]:
         names.RANKING_REQUESTS, "Requests behind each quality value (sample size).", "gauge", snap.requests
     )
     yield _family(
+        names.RANKING_QUALITY_STDERR,
+        "Standard error of each quality value (s/sqrt(n) for means, clustered DeLong / jackknife for AUCs).",
+        "gauge",
+        snap.stderr,
+    )
+    window_stats: dict[str, list[Sample]] = {names.WINDOW_OBSERVATIONS: [], names.WINDOW_SUM: [], names.WINDOW_SUM_OF_SQUARES: [],
+                    names.WINDOW_START: []}  # fmt: skip
+    for sample in snap.window_stats:
+        window_stats[sample.name].append(sample)
+    for name, doc in (
+        (names.WINDOW_OBSERVATIONS, "Per-request values behind an online window's metric (its n), this instance."),
+        (names.WINDOW_SUM, "Sum of the per-request values of an online window's metric, this instance."),
+        (names.WINDOW_SUM_OF_SQUARES, "Sum of squares of those values (fleet SE = sum over instances)."),
+        (names.WINDOW_START, "Start of the online window of each size that this instance exposes."),
+    ):
+        yield _family(name, doc, "gauge", window_stats[name])
+    yield _family(
         names.DRIFT_UNMATCHED_SLICES,
         "Slices present on one side only (no drift computed for them).",
         "gauge",

@@ -14,6 +14,7 @@ import numpy as np
 
 from rankwatch.pipeline.aggregates import MetricSum, RankingAggregate
 from rankwatch.pipeline.auc import ScoreHistogram
+from rankwatch.pipeline.clusters import ClusterHistograms
 from rankwatch.pipeline.slicing import ALL_VALUE, OVERFLOW_VALUE, LabelCapper, SliceKey
 
 LabelSet = tuple[str, str, str]  # (segment, surface, variant), "all" where the slice does not split
@@ -87,6 +88,10 @@ def merge_aggregates(aggs: Sequence[RankingAggregate]) -> RankingAggregate:
         for name, s in agg.sums.items():
             totals.setdefault(name, MetricSum()).merge(s)
     out.sums = totals
+    if all(a.clusters is not None or a.items == 0 for a in aggs):
+        out.clusters = ClusterHistograms.merge_many([a.clusters for a in aggs if a.clusters is not None])
+    else:
+        out.clusters = None
     hists = [a.histogram for a in aggs if a.histogram.scores.size]
     new_ties = float(sum(a.histogram.new_ties for a in aggs))
     if hists:

@@ -14,6 +14,14 @@ RANKING_QUALITY = "rankwatch_ranking_quality"  # gauge {metric, source, window, 
 RANKING_QUALITY_DRIFT = "rankwatch_ranking_quality_drift"  # gauge {metric, window, segment, surface, variant}
 RANKING_REQUESTS = "rankwatch_ranking_requests"  # gauge {source, window, segment, surface, variant}
 EVENTS = "rankwatch_events"  # counter {stream, outcome}
+RANKING_QUALITY_STDERR = "rankwatch_ranking_quality_stderr"  # gauge {metric, source, window, segment, ...}
+
+# The online window's sufficient statistics per slice (issue 11): instances sum them, so recording rules
+# get a fleet's mean and standard error exactly (per-request metrics).
+WINDOW_OBSERVATIONS = "rankwatch_ranking_window_observations"  # gauge {metric, window, segment, surface, variant}
+WINDOW_SUM = "rankwatch_ranking_window_sum_of_values"  # gauge {metric, window, segment, surface, variant}
+WINDOW_SUM_OF_SQUARES = "rankwatch_ranking_window_sum_of_squares"  # gauge {metric, window, segment, ...}
+WINDOW_START = "rankwatch_ranking_window_start_timestamp_seconds"  # gauge {window}
 
 # Fleet-exact cumulative parts, fed from the smallest window
 RANKING_METRIC = "rankwatch_ranking_metric"  # summary {metric, segment, surface, variant}: _sum, _count

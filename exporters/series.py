@@ -7,7 +7,7 @@ samples once per update, so a scrape only copies references.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rankwatch.exporters.folding import LabelSet
 from rankwatch.pipeline.aggregates import RankingAggregate
@@ -17,19 +17,29 @@ Value = float | None
 
 @dataclass(frozen=True)
 class SeriesValues:
-    """What one slice shows: its sample size and each metric's value (None where undefined)."""
+    """What one slice shows: its sample size and each metric's value (None where undefined).
+
+    ``stderr`` holds each metric's standard error (None where undefined); ``moments`` the per-request
+    metrics' ``(count, sum, sum of squares)``, the window's sufficient statistics (online only).
+    """
 
     requests: int
     metrics: Mapping[str, Value]
+    stderr: Mapping[str, Value] = field(default_factory=dict)
+    moments: Mapping[str, tuple[int, float, float]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, agg: RankingAggregate) -> SeriesValues:
         values = agg.values()
+        ses = agg.stderrs()
         metrics: dict[str, Value] = {}
+        stderr: dict[str, Value] = {}
         for name in agg.options.metric_names:
-            v = values.get(name)
+            v, se = values.get(name), ses.get(name)
             metrics[name] = None if v is None else float(v)
-        return cls(requests=agg.requests, metrics=metrics)
+            stderr[name] = None if se is None else float(se)
+        moments = {name: (s.count, s.total, s.total_sq) for name, s in agg.sums.items()}
+        return cls(requests=agg.requests, metrics=metrics, stderr=stderr, moments=moments)
 
 
 @dataclass(frozen=True)

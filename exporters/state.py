@@ -81,6 +81,8 @@ class Snapshot:
     drifts: Mapping[str, DriftResult]
     version_label: str
     label_values_limit: int | None
+    stderr: tuple[Sample, ...] = ()
+    window_stats: tuple[Sample, ...] = ()
 
 
 @dataclass
@@ -155,6 +157,8 @@ class MetricsState:
         self._drifts: dict[str, DriftResult] = {}
         self._quality: tuple[Sample, ...] = ()
         self._requests: tuple[Sample, ...] = ()
+        self._stderr: tuple[Sample, ...] = ()
+        self._window_stats: tuple[Sample, ...] = ()
         self._drift: tuple[Sample, ...] = ()
         self._unmatched: tuple[Sample, ...] = ()
         self._summary: tuple[Sample, ...] = ()
@@ -300,6 +304,7 @@ class MetricsState:
     def _rebuild_series(self) -> None:
         self._drifts = {w: drift(ow.series, ow.primary, self._offline) for w, ow in self._online.items()}
         self._quality, self._requests = self._quality_samples()
+        self._stderr, self._window_stats = self._uncertainty_samples()
         self._drift, self._unmatched = _drift_samples(self._drifts)
         # Read-only copies for snapshots, made once per change rather than once per snapshot.
         self._views = (
@@ -336,6 +341,8 @@ class MetricsState:
             drifts=self._views[2],
             version_label=self._version_label,
             label_values_limit=self._health.label_values_limit,
+            stderr=self._stderr,
+            window_stats=self._window_stats,
         )
 
     def _quality_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
@@ -359,6 +366,30 @@ class MetricsState:
                     if value is not None:
                         quality.append(Sample(names.RANKING_QUALITY, {"metric": metric, **base}, value))
         return tuple(quality), tuple(requests)
+
+    def _uncertainty_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
+        """Standard errors of every value, and each online window's sufficient statistics per slice."""
+        stderr: list[Sample] = []
+        stats: list[Sample] = []
+        sources: list[tuple[str, str, Mapping[LabelSet, SeriesValues]]] = [
+            (names.SOURCE_ONLINE, w, ow.series) for w, ow in sorted(self._online.items())
+        ]
+        sources.append((names.SOURCE_OFFLINE, names.BASELINE_WINDOW, self._offline))
+        for source, window, series in sources:
+            for (segment, surface, variant), values in sorted(series.items()):
+                base = {"window": window, "segment": segment, "surface": surface, "variant": variant}
+                for metric, se in values.stderr.items():
+                    if se is not None:
+                        labels = {"metric": metric, "source": source, **base}
+                        stderr.append(Sample(names.RANKING_QUALITY_STDERR, labels, se))
+                for metric, (count, total, total_sq) in values.moments.items():
+                    labels = {"metric": metric, **base}
+                    stats.append(Sample(names.WINDOW_OBSERVATIONS, labels, float(count)))
+                    stats.append(Sample(names.WINDOW_SUM, labels, total))
+                    stats.append(Sample(names.WINDOW_SUM_OF_SQUARES, labels, total_sq))
+        for window, ow in sorted(self._online.items()):
+            stats.append(Sample(names.WINDOW_START, {"window": window}, ow.start.timestamp()))
+        return tuple(stderr), tuple(stats)
 
     def _cumulative_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
         summary: list[Sample] = []

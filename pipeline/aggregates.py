@@ -1,14 +1,14 @@
 """Mergeable aggregates of the kernel's output: what a slice of a window (or a baseline) holds.
 
-A :class:`RankingAggregate` keeps, per metric, the count, sum and sum of squares of per-request values
-(so means merge exactly and confidence intervals are possible later), the request and item counts, and a
-:class:`pipeline.auc.ScoreHistogram` for the pooled AUCs. ``a.merge(b)`` equals the aggregate of the union
+A :class:`RankingAggregate` keeps, per metric, the count, sum, sum of squares and centred sum of squares
+``m2`` of per-request values (so means and their standard errors merge exactly, see
+:mod:`pipeline.uncertainty`), the request and item counts, a :class:`pipeline.auc.ScoreHistogram` for the
+pooled AUCs and a :class:`pipeline.clusters.ClusterHistograms` for their request-clustered SEs. ``a.merge(b)`` equals the aggregate of the union
 of their requests (up to float summation order for the sums; exactly for counts and AUC state).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,41 +16,56 @@ import numpy as np
 import numpy.typing as npt
 
 from rankwatch.pipeline.auc import ScoreHistogram, histograms_by_group
+from rankwatch.pipeline.clusters import ClusterHistograms, cluster_histograms_by_group, request_buckets
 from rankwatch.pipeline.kernel import PerRequestMetrics, per_request_metrics
 from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.uncertainty import (
+    auc_pr_stderr,
+    auc_roc_stderr,
+    mean_stderr,
+    merge_moments,
+    shifted_moments,
+)
 
 ResultValue = float | int | None
 
 
 @dataclass
 class MetricSum:
-    """Count, sum and sum of squares of one metric's per-request values."""
+    """Count, sum, sum of squares and centred sum of squares ``m2`` of one metric's per-request values.
+
+    ``total_sq`` is kept for the exporter's sufficient statistics (Prometheus sums it across instances);
+    the SE uses ``m2`` (stable). Built without ``m2`` (old states), it is derived from ``total_sq``.
+    """
 
     count: int = 0
     total: float = 0.0
     total_sq: float = 0.0
+    m2: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.m2 is None:
+            self.m2 = max(self.total_sq - self.total * self.total / self.count, 0.0) if self.count else 0.0
 
     def merge(self, other: MetricSum) -> None:
+        _, _, m2 = merge_moments((self.count, self.total, self.m2 or 0.0), (other.count, other.total, other.m2 or 0.0))
         self.count += other.count
         self.total += other.total
         self.total_sq += other.total_sq
+        self.m2 = m2
 
     def mean(self) -> float | None:
         return self.total / self.count if self.count else None
 
     def stderr(self) -> float | None:
-        """Standard error of the mean (None below two samples)."""
-        if self.count < 2:
-            return None
-        mean = self.total / self.count
-        var = max(self.total_sq / self.count - mean * mean, 0.0) * self.count / (self.count - 1)
-        return math.sqrt(var / self.count)
+        """Standard error of the mean, :math:`s/\\sqrt n` (None below two samples)."""
+        return mean_stderr(self.count, self.total, self.m2 or 0.0)
 
 
 class RankingAggregate:
     """Everything needed to report one slice: request/item counts, metric sums, AUC state."""
 
-    __slots__ = ("options", "requests", "requests_with_relevant", "items", "sums", "histogram")
+    __slots__ = ("options", "requests", "requests_with_relevant", "items", "sums", "histogram", "clusters")
 
     def __init__(self, options: MetricOptions) -> None:
         self.options = options
@@ -59,6 +74,8 @@ class RankingAggregate:
         self.items = 0
         self.sums: dict[str, MetricSum] = {name: MetricSum() for name in options.rank_metric_names}
         self.histogram = ScoreHistogram.empty()
+        # None only for aggregates restored from states written before clusters existed.
+        self.clusters: ClusterHistograms | None = ClusterHistograms.empty()
 
     # -- building -------------------------------------------------------------------------------------
     @classmethod
@@ -81,6 +98,7 @@ class RankingAggregate:
         for name, s in other.sums.items():
             self.sums[name].merge(s)
         self.histogram = self.histogram.merge(other.histogram).compressed(self.options.max_distinct_scores)
+        self.clusters = merge_clusters(self.clusters, other.clusters, other.items)
 
     def copy(self) -> RankingAggregate:
         out = RankingAggregate(self.options)
@@ -101,13 +119,24 @@ class RankingAggregate:
         out["auc_pr"] = self.histogram.average_precision()
         return out
 
+    def stderrs(self) -> dict[str, float | None]:
+        """The result document's ``"stderr"`` entry: SE of every metric, same keys (None where undefined)."""
+        out: dict[str, float | None] = {name: self.sums[name].stderr() for name in self.options.rank_metric_names}
+        for name, s in self.sums.items():  # metrics added by other code paths get one too
+            out.setdefault(name, s.stderr())
+        defined = self.histogram.auc_roc() is not None
+        out["auc_roc"] = auc_roc_stderr(self.histogram, self.clusters) if defined else None
+        out["auc_pr"] = auc_pr_stderr(self.histogram, self.clusters) if defined else None
+        return out
+
     def to_state(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
             "requests_with_relevant": self.requests_with_relevant,
             "items": self.items,
-            "sums": {k: [s.count, s.total, s.total_sq] for k, s in self.sums.items()},
+            "sums": {k: [s.count, s.total, s.total_sq, s.m2] for k, s in self.sums.items()},
             "histogram": self.histogram.to_state(),
+            **({} if self.clusters is None else {"clusters": self.clusters.to_state()}),
         }
 
     @classmethod
@@ -116,9 +145,10 @@ class RankingAggregate:
         out.requests = int(state["requests"])
         out.requests_with_relevant = int(state["requests_with_relevant"])
         out.items = int(state["items"])
-        for k, (c, t, t2) in state["sums"].items():
-            out.sums[k] = MetricSum(int(c), float(t), float(t2))
+        for k, (c, t, t2, *m2) in state["sums"].items():  # m2 absent in old states
+            out.sums[k] = MetricSum(int(c), float(t), float(t2), float(m2[0]) if m2 else None)
         out.histogram = ScoreHistogram.from_state(state["histogram"])
+        out.clusters = ClusterHistograms.from_state(state["clusters"]) if "clusters" in state else None
         return out
 
     def __eq__(self, other: object) -> bool:
@@ -130,6 +160,15 @@ class RankingAggregate:
 
     def __repr__(self) -> str:
         return f"RankingAggregate({self.values()!r})"
+
+
+def merge_clusters(
+    mine: ClusterHistograms | None, other: ClusterHistograms | None, other_items: int
+) -> ClusterHistograms | None:
+    """Merged clustered state; None (no clustered SE) once a non-empty side comes from an old state."""
+    if mine is None or other is None:
+        return mine if other_items == 0 else None
+    return ClusterHistograms.merge_many([mine, other])
 
 
 def aggregate_groups(
@@ -152,28 +191,29 @@ def aggregate_groups(
     requests = np.bincount(grp, minlength=n_groups)
     with_rel = np.bincount(grp[has_rel], minlength=n_groups)
     items = np.bincount(grp, weights=metrics.lengths, minlength=n_groups)
-    sums: dict[str, tuple[Any, Any, Any]] = {}
+    sums: dict[str, tuple[Any, Any, Any, Any]] = {}
     for name, vals in metrics.values.items():
         if options.no_relevant == "zero":
             v, g = np.where(has_rel, vals, 0.0), grp
         else:
             v, g = vals[has_rel], grp[has_rel]
-        sums[name] = (
-            np.bincount(g, minlength=n_groups),
-            np.bincount(g, weights=v, minlength=n_groups),
-            np.bincount(g, weights=v * v, minlength=n_groups),
-        )
+        count, total, m2 = shifted_moments(v, g, n_groups)
+        sums[name] = (count, total, np.bincount(g, weights=v * v, minlength=n_groups), m2)
     item_group = np.repeat(grp, metrics.lengths)
-    hists = histograms_by_group(scores, labels > 0, item_group, n_groups)
+    relevant = labels > 0
+    hists = histograms_by_group(scores, relevant, item_group, n_groups)
+    item_bucket = np.repeat(request_buckets(scores, metrics.lengths), metrics.lengths)
+    clusters = cluster_histograms_by_group(scores, relevant, item_bucket, item_group, n_groups)
     out = []
     for gi in range(n_groups):
         agg = RankingAggregate(options)
         agg.requests = int(requests[gi])
         agg.requests_with_relevant = int(with_rel[gi])
         agg.items = int(items[gi])
-        for name, (c, t, t2) in sums.items():
-            agg.sums[name] = MetricSum(int(c[gi]), float(t[gi]), float(t2[gi]))
+        for name, (c, t, t2, m2) in sums.items():
+            agg.sums[name] = MetricSum(int(c[gi]), float(t[gi]), float(t2[gi]), float(m2[gi]))
         agg.histogram = hists[gi].compressed(options.max_distinct_scores)
+        agg.clusters = clusters[gi]
         out.append(agg)
     return out
 

@@ -379,6 +379,15 @@ def _check_result(result: Any, options: MetricOptions, slice_by: tuple[str, ...]
                 isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
             ):
                 raise fail(f"{where}.{name} must be a number or null")
+        ses = entry.get("stderr")
+        if ses is not None:  # absent in files written before issue 11
+            if not isinstance(ses, dict):
+                raise fail(f"{where}.stderr must be an object")
+            for name, se in ses.items():
+                if se is not None and (
+                    isinstance(se, bool) or not isinstance(se, int | float) or not math.isfinite(se) or se < 0
+                ):
+                    raise fail(f"{where}.stderr.{name} must be a non-negative number or null")
         if where != "result.overall":
             for lbl in slice_by:
                 if not isinstance(entry.get(lbl), str):

@@ -11,9 +11,16 @@ from rankwatch.pipeline.slicing import SliceKey
 def result_document(overall: RankingAggregate, slices: dict[SliceKey, RankingAggregate]) -> dict[str, Any]:
     """``{"overall": {...}, "slices": [{"segment": ..., "surface": ..., "requests": ..., ...}]}``.
 
-    Slices are sorted by their key so the document is deterministic.
+    Slices are sorted by their key so the document is deterministic. Every entry carries a
+    ``"stderr"`` object with the standard error of each metric (same keys as the values, null where
+    undefined; see :mod:`pipeline.uncertainty`).
     """
     return {
-        "overall": overall.values(),
-        "slices": [{**dict(key), **agg.values()} for key, agg in sorted(slices.items())],
+        "overall": entry(overall),
+        "slices": [{**dict(key), **entry(agg)} for key, agg in sorted(slices.items())],
     }
+
+
+def entry(agg: RankingAggregate) -> dict[str, Any]:
+    """One entry of the document: counts, metric values and their ``"stderr"`` block."""
+    return {**agg.values(), "stderr": agg.stderrs()}

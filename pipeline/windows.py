@@ -21,6 +21,7 @@ import numpy as np
 from rankwatch.pipeline.aggregates import RankingAggregate
 from rankwatch.pipeline.auc import ScoreHistogram
 from rankwatch.pipeline.clock import ms_to_datetime
+from rankwatch.pipeline.clusters import ClusterHistograms
 from rankwatch.pipeline.join import FinalizedBatch
 from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
@@ -56,12 +57,13 @@ def merge_histograms(parts: list[ScoreHistogram], max_distinct: int) -> ScoreHis
 class SliceAccumulator:
     """A growing :class:`RankingAggregate` whose histogram merges are batched."""
 
-    __slots__ = ("agg", "pending", "pending_bins")
+    __slots__ = ("agg", "pending", "pending_bins", "pending_clusters")
 
     def __init__(self, options: MetricOptions) -> None:
         self.agg = RankingAggregate(options)
         self.pending: list[ScoreHistogram] = []
         self.pending_bins = 0
+        self.pending_clusters: list[ClusterHistograms] = []
 
     def add(self, part: RankingAggregate) -> None:
         agg = self.agg
@@ -70,6 +72,10 @@ class SliceAccumulator:
         agg.items += part.items
         for name, s in part.sums.items():
             agg.sums[name].merge(s)
+        if part.clusters is None or agg.clusters is None:
+            agg.clusters = agg.clusters if part.items == 0 else None
+        elif part.clusters.n_bins:
+            self.pending_clusters.append(part.clusters)
         n = part.histogram.n_distinct
         if n:
             self.pending.append(part.histogram)
@@ -83,13 +89,19 @@ class SliceAccumulator:
             self.agg.histogram = merged
             self.pending = []
             self.pending_bins = 0
+        if self.pending_clusters and self.agg.clusters is not None:
+            self.agg.clusters = ClusterHistograms.merge_many([self.agg.clusters, *self.pending_clusters])
+        self.pending_clusters = []
 
     def aggregate(self) -> RankingAggregate:
         self._compact()
         return self.agg
 
     def to_state(self) -> dict[str, Any]:
-        return {"agg": self.agg.to_state(), "pending": [h.to_state() for h in self.pending]}
+        out = {"agg": self.agg.to_state(), "pending": [h.to_state() for h in self.pending]}
+        if self.pending_clusters:
+            out["pending_clusters"] = [c.to_state() for c in self.pending_clusters]
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any], options: MetricOptions) -> SliceAccumulator:
@@ -97,6 +109,7 @@ class SliceAccumulator:
         out.agg = RankingAggregate.from_state(state["agg"], options)
         out.pending = [ScoreHistogram.from_state(h) for h in state["pending"]]
         out.pending_bins = sum(h.n_distinct for h in out.pending)
+        out.pending_clusters = [ClusterHistograms.from_state(c) for c in state.get("pending_clusters", [])]
         return out
 
 

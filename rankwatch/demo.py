@@ -15,6 +15,7 @@ snapshots. Signal handlers only set an event; the main loop notices it and shuts
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import threading
 import time
@@ -67,7 +68,9 @@ class DemoOptions:
     regression_at_s: float = 900.0  # event-time offset from the start
     regression_drop: float = 0.4
     windows_out: Path | None = None
-    baseline_requests: int = 4000
+    # 20,000 (about 1,700 per slice): the baseline's own SE then stays near the online 1h window's, so
+    # a healthy slice's baseline is rarely off by a significant amount (docs/alerts.md, multiplicity).
+    baseline_requests: int = 20_000
     attribution_window_s: float = 300.0
     segments: tuple[str, ...] = ("new_user", "returning", "power_user")
     surfaces: tuple[str, ...] = ("home_feed", "search")
@@ -357,15 +360,59 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return f"{value:+.3f}" if signed else f"{value:.3f}"
 
 
+_Z95 = 1.959963984540054
+
+
+def _fmt_se(value: float | None, se: float | None) -> str:
+    """``0.812 ±0.031``: the value and the half-width of its 95 % interval (1.96 SE)."""
+    if value is None:
+        return "-"
+    return _fmt(value) if se is None else f"{value:.3f} ±{_Z95 * se:.3f}"
+
+
+def drift_interval(
+    on: float | None, on_se: float | None, off: float | None, off_se: float | None
+) -> tuple[float, float, float] | None:
+    """Drift online - offline and its 95 % interval; SE = sqrt(SE_on^2 + SE_off^2) (independent samples)."""
+    if on is None or off is None:
+        return None
+    delta = on - off
+    if on_se is None:
+        return delta, delta, delta
+    half = _Z95 * math.sqrt(on_se**2 + (off_se or 0.0) ** 2)
+    return delta, delta - half, delta + half
+
+
+def _fmt_drift(d: tuple[float, float, float] | None) -> str:
+    if d is None:
+        return "-"
+    return f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"
+
+
+def slice_drift(snap: Snapshot, window: str, labels: tuple[str, str, str], metric: str) -> tuple[float, float, float] | None:
+    """Drift of one slice and metric with its 95 % interval, from a snapshot."""
+    online = snap.online.get(window)
+    values = online.series.get(labels) if online else None
+    offline = snap.offline.get(labels)
+    if values is None or offline is None:
+        return None
+    return drift_interval(
+        values.metrics.get(metric), values.stderr.get(metric), offline.metrics.get(metric), offline.stderr.get(metric)
+    )
+
+
 def plain_line(pw: PublishedWindow, snap: Snapshot) -> str:
-    """One line per published 5m window: overall online vs offline and the worst slice drift."""
+    """One line per published 5m window: overall online vs offline and the worst slice drift, with intervals."""
     window = snap.online.get(pw.window)
     start = pw.start.strftime("%H:%M")
     end = pw.end.strftime("%H:%M")
     overall = ("all", "all", "all")
-    on = window.series[overall].metrics.get("ndcg@10") if window else None
+    on_values = window.series.get(overall) if window else None
+    on = on_values.metrics.get("ndcg@10") if on_values else None
+    on_se = on_values.stderr.get("ndcg@10") if on_values else None
     off_values = snap.offline.get(overall)
     off = off_values.metrics.get("ndcg@10") if off_values else None
+    off_se = off_values.stderr.get("ndcg@10") if off_values else None
     worst = None
     result = snap.drifts.get(pw.window)
     if result:
@@ -373,14 +420,20 @@ def plain_line(pw: PublishedWindow, snap: Snapshot) -> str:
             (v, lbl) for (lbl, metric), v in result.values.items() if metric == "ndcg@10" and lbl != overall
         ]
         worst = min(drifts, default=None)
-    line = f"[{pw.window} {start}-{end}] requests {pw.overall.requests} ndcg@10 online {_fmt(on)} offline {_fmt(off)}"
+    line = (
+        f"[{pw.window} {start}-{end}] requests {pw.overall.requests} ndcg@10 online {_fmt_se(on, on_se)} "
+        f"offline {_fmt_se(off, off_se)}"
+    )
     if worst is not None:
-        line += f"; worst drift {'/'.join(worst[1])} {_fmt(worst[0], signed=True)}"
+        interval = slice_drift(snap, pw.window, worst[1], "ndcg@10")
+        line += f"; worst drift {'/'.join(worst[1])} {_fmt_drift(interval)} (95 %)"
     return line
 
 
 def render_view(snap: Snapshot, event_now: datetime, options: DemoOptions, url: str) -> Group:
-    """The live table: per slice, the last 5m window next to the baseline, with drift."""
+    """The live table: per slice, the last 5m window next to the baseline, with drift; every value with the
+    half-width of its 95 % interval, every drift with its interval. A drift is red when significant (the
+    interval lies below 0) and larger than 0.05."""
     window = snap.online.get("5m")
     title = Text.assemble(
         ("rankwatch demo", "bold"),
@@ -402,15 +455,16 @@ def render_view(snap: Snapshot, event_now: datetime, options: DemoOptions, url: 
             offline = snap.offline.get(labels)
             row = [*labels, str(values.requests)]
             for metric in VIEW_METRICS:
-                on = values.metrics.get(metric)
+                on, on_se = values.metrics.get(metric), values.stderr.get(metric)
                 off = offline.metrics.get(metric) if offline else None
-                delta = None if on is None or off is None else on - off
+                off_se = offline.stderr.get(metric) if offline else None
+                d = drift_interval(on, on_se, off, off_se)
                 style = (
                     "red bold"
-                    if delta is not None and delta < -0.05
-                    else ("green" if delta is not None else "")
+                    if d is not None and d[0] < -0.05 and d[2] < 0
+                    else ("green" if d is not None else "")
                 )
-                row += [_fmt(on), _fmt(off), Text(_fmt(delta, signed=True), style=style)]  # type: ignore[list-item]
+                row += [_fmt_se(on, on_se), _fmt_se(off, off_se), Text(_fmt_drift(d), style=style)]  # type: ignore[list-item]
             table.add_row(*row)
         caption = f"last 5m window {window.start:%H:%M}-{window.end:%H:%M}Z"
     else:
@@ -425,6 +479,9 @@ def render_view(snap: Snapshot, event_now: datetime, options: DemoOptions, url: 
                 style="yellow",
             )
         )
+        seen = _regression_report(snap, options.regression_segment)
+        if seen:
+            lines.append(Text(seen, style="yellow"))
     published = ", ".join(f"{w}: {n}" for w, n in sorted(snap.windows_published.items())) or "none yet"
     events = snap.health.events
     counts = {
@@ -437,6 +494,26 @@ def render_view(snap: Snapshot, event_now: datetime, options: DemoOptions, url: 
         )
     )
     return Group(*lines)
+
+
+def _regression_report(snap: Snapshot, segment: str) -> str | None:
+    """The regressed segment's worst ndcg@10 slice drift with its 95 % interval, e.g.
+    ``new_user/search/control ndcg@10 drift -0.313 [-0.373, -0.254]``."""
+    window = snap.online.get("5m")
+    if window is None:
+        return None
+    found = [
+        (d, labels)
+        for labels in window.series
+        if labels[0] == segment and "all" not in labels
+        for d in [slice_drift(snap, "5m", labels, "ndcg@10")]
+        if d is not None
+    ]
+    if not found:
+        return None
+    d, labels = min(found)
+    verdict = "significant" if d[2] < 0 else "not significant yet"
+    return f"seen: {'/'.join(labels)} ndcg@10 drift {_fmt_drift(d)} (95 %, {verdict})"
 
 
 def run_demo(

@@ -31,6 +31,16 @@ ONLINE = "segment_surface_variant:rankwatch_ranking_quality_online:requests_weig
 OFFLINE = "segment_surface_variant:rankwatch_ranking_quality_offline:max"
 DRIFT = "segment_surface_variant:rankwatch_ranking_quality_drift:online_minus_offline"
 DRIFT_RELATIVE = "segment_surface_variant:rankwatch_ranking_quality_drift:relative"
+DRIFT_STDERR = "segment_surface_variant:rankwatch_ranking_quality_drift:stderr"
+DRIFT_Z = "segment_surface_variant:rankwatch_ranking_quality_drift:z"
+DRIFT_LOWER = "segment_surface_variant:rankwatch_ranking_quality_drift:lower95"
+DRIFT_UPPER = "segment_surface_variant:rankwatch_ranking_quality_drift:upper95"
+ONLINE_LOWER = "segment_surface_variant:rankwatch_ranking_quality_online:lower95"
+ONLINE_UPPER = "segment_surface_variant:rankwatch_ranking_quality_online:upper95"
+OFFLINE_LOWER = "segment_surface_variant:rankwatch_ranking_quality_offline:lower95"
+OFFLINE_UPPER = "segment_surface_variant:rankwatch_ranking_quality_offline:upper95"
+# Legend prefix of the 95 % interval bounds; timeseries_panel(band_regex=...) draws them as a light band.
+BAND_REGEX = "^95% .*"
 REQUESTS_ONLINE = "segment_surface_variant:rankwatch_ranking_requests_online:sum"
 REQUESTS_OFFLINE = "segment_surface_variant:rankwatch_ranking_requests_offline:max"
 MEAN_1H = "segment_surface_variant:rankwatch_ranking_metric:mean_rate1h"
@@ -87,8 +97,13 @@ def timeseries_panel(
     width: int = 12,
     height: int = 8,
     dashed_regex: str | None = None,
+    band_regex: str | None = None,
 ) -> timeseries.Panel:
-    """A time series panel; series whose name matches ``dashed_regex`` (e.g. baselines) are dashed."""
+    """A time series panel; series whose name matches ``dashed_regex`` (e.g. baselines) are dashed.
+
+    Series matching ``band_regex`` are the bounds of 95 % intervals: thin dotted lines, lightly filled
+    towards each other's side (Grafana's fill-between needs fixed series names, which slices do not have).
+    """
     panel = (
         _framed(timeseries.Panel(), ids, title, description, width, height)
         .unit(unit)
@@ -107,6 +122,16 @@ def timeseries_panel(
             dashed_regex,
             [models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})],
         )
+    if band_regex is not None:
+        panel = panel.override_by_regexp(
+            band_regex,
+            [
+                models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dot", "dash": [0, 4]}),
+                models.DynamicConfigValue(id_val="custom.lineWidth", value=1),
+                models.DynamicConfigValue(id_val="custom.fillOpacity", value=6),
+                models.DynamicConfigValue(id_val="custom.hideFrom", value={"legend": True, "tooltip": False, "viz": False}),
+            ],
+        )
     return _targets(panel, targets)
 
 
@@ -119,8 +144,10 @@ def table_panel(
     rename: dict[str, str],
     width: int = 24,
     height: int = 10,
+    sort_by: str | None = None,
 ) -> table.Panel:
-    """A table of instant queries, merged into one row per label set, columns renamed by ``rename``."""
+    """A table of instant queries, merged into one row per label set, columns renamed by ``rename``;
+    rows sorted ascending by the column named ``sort_by``."""
     panel = (
         _framed(table.Panel(), ids, title, description, width, height)
         .with_transformation(models.DataTransformerConfig(id_val="merge", options={}))
@@ -131,6 +158,8 @@ def table_panel(
             )
         )
     )
+    if sort_by is not None:
+        panel = panel.sort_by([common_builders.TableSortByFieldState().display_name(sort_by).desc(False)])
     return _targets(panel, targets)
 
 

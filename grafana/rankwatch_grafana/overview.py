@@ -6,11 +6,20 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 
 from rankwatch_grafana.common import (
+    BAND_REGEX,
     DRIFT,
+    DRIFT_LOWER,
     DRIFT_RELATIVE,
+    DRIFT_STDERR,
+    DRIFT_UPPER,
+    DRIFT_Z,
     MEAN_1H,
     OFFLINE,
+    OFFLINE_LOWER,
+    OFFLINE_UPPER,
     ONLINE,
+    ONLINE_LOWER,
+    ONLINE_UPPER,
     REQUESTS_OFFLINE,
     REQUESTS_ONLINE,
     SLICE,
@@ -49,30 +58,41 @@ def overview_dashboard() -> dashboard.Dashboard:
             ids,
             "$metric: online vs offline baseline",
             "Online: value of the last published window (requests-weighted over instances). Dashed: the "
-            "offline baseline of the same slice.",
+            "offline baseline of the same slice. Dotted: the 95 % (logit) interval of each line.",
             [
                 query(f"{ONLINE}{{{sel}}}", f"online {SLICE_LEGEND} {{{{window}}}}", "A"),
                 query(f'{OFFLINE}{{metric=~"$metric", {SLICE}}}', f"baseline {SLICE_LEGEND}", "B"),
+                query(f"{ONLINE_LOWER}{{{sel}}}", f"95% lower online {SLICE_LEGEND} {{{{window}}}}", "C"),
+                query(f"{ONLINE_UPPER}{{{sel}}}", f"95% upper online {SLICE_LEGEND} {{{{window}}}}", "D"),
+                query(f'{OFFLINE_LOWER}{{metric=~"$metric", {SLICE}}}', f"95% lower baseline {SLICE_LEGEND}", "E"),
+                query(f'{OFFLINE_UPPER}{{metric=~"$metric", {SLICE}}}', f"95% upper baseline {SLICE_LEGEND}", "F"),
             ],
             width=8,
             dashed_regex="^baseline.*",
+            band_regex=BAND_REGEX,
         )
     )
     board = board.with_panel(
         timeseries_panel(
             ids,
             "$metric: drift, online - offline",
-            "Absolute drift of the online value from the baseline; negative is worse than offline.",
-            [query(f"{DRIFT}{{{sel}}}", SLICE_LEGEND, "A")],
+            "Absolute drift of the online value from the baseline; negative is worse than offline. Dotted: "
+            "its 95 % interval, drift -+ 1.96 SE with SE = sqrt(SE_online^2 + SE_offline^2).",
+            [
+                query(f"{DRIFT}{{{sel}}}", SLICE_LEGEND, "A"),
+                query(f"{DRIFT_LOWER}{{{sel}}}", f"95% lower {SLICE_LEGEND}", "B"),
+                query(f"{DRIFT_UPPER}{{{sel}}}", f"95% upper {SLICE_LEGEND}", "C"),
+            ],
             width=8,
+            band_regex=BAND_REGEX,
         )
     )
     board = board.with_panel(
         timeseries_panel(
             ids,
             "$metric: relative drift, online / offline - 1",
-            "Relative drift, comparable across metrics. RankwatchQualityBelowBaseline fires below -10 % "
-            "(1h window, enough requests, sustained).",
+            "Relative drift, comparable across metrics. RankwatchQualityBelowBaseline fires below -3 % "
+            "when the drop is also significant (99 % one-sided), on the 1h window, sustained.",
             [query(f"{DRIFT_RELATIVE}{{{sel}}}", SLICE_LEGEND, "A")],
             unit="percentunit",
             width=8,
@@ -87,12 +107,15 @@ def overview_dashboard() -> dashboard.Dashboard:
                 ids,
                 f"{title}: online vs offline baseline",
                 f"{title} pooled over the shown items of each slice; absent for a one-class slice. Dashed: "
-                "baseline.",
+                "baseline. Dotted: 95 % intervals (request-clustered SEs).",
                 [
                     query(f"{ONLINE}{{{auc_sel}}}", f"online {SLICE_LEGEND}", "A"),
                     query(f'{OFFLINE}{{metric="{metric}", {SLICE}}}', f"baseline {SLICE_LEGEND}", "B"),
+                    query(f"{ONLINE_LOWER}{{{auc_sel}}}", f"95% lower online {SLICE_LEGEND}", "C"),
+                    query(f"{ONLINE_UPPER}{{{auc_sel}}}", f"95% upper online {SLICE_LEGEND}", "D"),
                 ],
                 dashed_regex="^baseline.*",
+                band_regex=BAND_REGEX,
             )
         )
 
@@ -100,21 +123,26 @@ def overview_dashboard() -> dashboard.Dashboard:
     board = board.with_panel(
         table_panel(
             ids,
-            "Worst relative drifts per slice",
-            "The 25 slices and metrics furthest below their baseline in the selected window, with the "
-            "online and offline sample sizes.",
+            "Worst drifts per slice, by z score",
+            "The 25 slices and metrics with the lowest z = (online - offline) / SE (the most significant "
+            "drops first), with the drift, its SE, the relative drift and the sample sizes.",
             [
-                query(f"bottomk(25, {DRIFT_RELATIVE}{{{sel}}})", "", "A", instant=True),
+                query(f"sort(bottomk(25, {DRIFT_Z}{{{sel}}}))", "", "A", instant=True),
                 query(f"{DRIFT}{{{sel}}}", "", "B", instant=True),
+                query(f"{DRIFT_STDERR}{{{sel}}}", "", "E", instant=True),
+                query(f"{DRIFT_RELATIVE}{{{sel}}}", "", "F", instant=True),
                 query(f'{REQUESTS_ONLINE}{{window=~"$window", {SLICE}}}', "", "C", instant=True),
                 query(f"{REQUESTS_OFFLINE}{{{SLICE}}}", "", "D", instant=True),
             ],
             rename={
-                "Value #A": "relative drift",
+                "Value #A": "z",
                 "Value #B": "online - offline",
+                "Value #E": "SE",
+                "Value #F": "relative drift",
                 "Value #C": "requests (online)",
                 "Value #D": "requests (baseline)",
             },
+            sort_by="z",
         )
     )
 
@@ -124,7 +152,7 @@ def overview_dashboard() -> dashboard.Dashboard:
             ids,
             "Requests behind the online values",
             "Requests of the last published window per slice, summed over instances. Quality alerts need "
-            "at least 1000 in the 1h window.",
+            "significance (the interval carries the sample size) and at least 30 requests in the 1h window.",
             [query(f'{REQUESTS_ONLINE}{{window=~"$window", {SLICE}}}', SLICE_LEGEND, "A")],
             width=8,
         )

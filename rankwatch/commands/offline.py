@@ -104,6 +104,17 @@ def command(
         _print_table(result, output)
 
 
+def _with_error(value: float | None, se: float | None) -> str:
+    """``0.8123 ± 0.0061`` (half-width of the 95 % Wald interval), the value alone without an SE."""
+    if value is None:
+        return "-"
+    text = _METRIC_FORMAT.format(value)
+    return text if se is None else f"{text} ± {_METRIC_FORMAT.format(_Z95 * se)}"
+
+
+_Z95 = 1.959963984540054
+
+
 def _print_table(result: BaselineResult, output: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -117,17 +128,17 @@ def _print_table(result: BaselineResult, output: str | None) -> None:
     for col in ("requests", "with relevant", "items", *names):
         table.add_column(col, justify="right")
 
-    def row(values: dict[str, Any]) -> list[str]:
+    def row(values: dict[str, Any], ses: dict[str, float | None]) -> list[str]:
         requests = int(values["requests"])
         share = values["requests_with_relevant"] / requests if requests else 0.0
         cells = [f"{requests:,}", f"{share:.1%}", f"{int(values['items']):,}"]
-        cells += ["-" if values[n] is None else _METRIC_FORMAT.format(values[n]) for n in names]
+        cells += [_with_error(values[n], ses.get(n)) for n in names]
         return cells
 
     table.add_row(*(["overall"] + ["all"] * (len(labels) - 1) if labels else ["overall"]),
-                  *row(result.overall.values()), style="bold")  # fmt: skip
+                  *row(result.overall.values(), result.overall.stderrs()), style="bold")  # fmt: skip
     for key, agg in sorted(result.slices.items()):
-        table.add_row(*(value for _, value in key), *row(agg.values()))
+        table.add_row(*(value for _, value in key), *row(agg.values(), agg.stderrs()))
     console.print(table)
     notes = [f"{result.rows:,} rows from {', '.join(result.inputs)}"]
     if result.skipped_rows:
@@ -137,5 +148,6 @@ def _print_table(result: BaselineResult, output: str | None) -> None:
         notes.append(f"{n:,} requests folded into {lbl}=__other__ (cap {result.slice_spec.max_values_per_label})")
     if output:
         notes.append(f"baseline written to {output}")
+    notes.append("metric cells: value ± 1.96 standard errors (a 95 % interval; '-' where undefined)")
     for note in notes:
         console.print(note)

@@ -54,7 +54,17 @@ def assert_documents_equal(got: dict[str, Any], want: dict[str, Any], *, context
     def check(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
         for key, value in b.items():
             other = a.get(key)
-            if isinstance(value, float) or isinstance(other, float):
+            if key == "stderr" and isinstance(value, dict):
+                # SEs: floats up to summation order; AUC SEs of states beyond the cluster bound are
+                # approximate (docs/metrics.md 4a).
+                assert isinstance(other, dict) and set(other) == set(value), f"{context} {where} stderr keys"
+                for name, se in value.items():
+                    tol = 2e-2 if name.startswith("auc") else 1e-9
+                    got_se = other[name]
+                    assert (se is None and got_se is None) or (
+                        se is not None and got_se is not None and math.isclose(got_se, se, rel_tol=tol, abs_tol=1e-12)
+                    ), f"{context} {where} stderr.{name}: {got_se} != {se}"
+            elif isinstance(value, float) or isinstance(other, float):
                 if value is None or other is None:
                     assert value is other, f"{context} {where} {key}: {other!r} != {value!r}"
                 else:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,16 +72,28 @@ def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
         "rankwatch:alert_auc_margin:constant",
         "rankwatch:alert_sudden_drop_margin:constant",
         "rankwatch:alert_min_requests:constant",
+        "rankwatch:alert_sudden_drop_min_requests:constant",
+        "rankwatch:alert_confidence_level:constant",
+        "rankwatch:alert_confidence_z:constant",
+        "rankwatch:interval_z:constant",
     }
     assert all(re.fullmatch(r"vector\([0-9.]+\)", e) for e in constants.values())
+    level = float(constants["rankwatch:alert_confidence_level:constant"][7:-1])
+    z = float(constants["rankwatch:alert_confidence_z:constant"][7:-1])
+    assert z == pytest.approx(NormalDist().inv_cdf(level), abs=1e-6)  # one-sided quantile of the level
+    assert float(constants["rankwatch:interval_z:constant"][7:-1]) == pytest.approx(NormalDist().inv_cdf(0.975), abs=1e-6)
     by_name = {a["alert"]: a["expr"] for a in _alerts()}
     for name in ("RankwatchQualityBelowBaseline", "RankwatchAUCDrop", "RankwatchQualitySuddenDrop"):
         expr = by_name[name]
-        assert "scalar(rankwatch:alert_min_requests:constant)" in expr, name
+        assert re.search(r"scalar\(rankwatch:alert_(sudden_drop_)?min_requests:constant\)", expr), name
         assert "rankwatch_ranking_requests" in expr, name
-        # No bare numeric threshold hides in these expressions besides 1 (as in 1 - margin).
+        # No bare numeric threshold hides in these expressions besides 1 (as in 1 - margin) and 0 (the
+        # sign of an interval bound).
         numbers = set(re.findall(r"(?<![\w:.@])\d+(?:\.\d+)?(?![\w.])", expr))
-        assert numbers <= {"1"}, (name, numbers)
+        assert numbers <= {"0", "1"}, (name, numbers)
+    for name in ("RankwatchQualityBelowBaseline", "RankwatchAUCDrop"):  # evidence: significant and material
+        assert "scalar(rankwatch:alert_confidence_z:constant)" in by_name[name], name
+        assert "rankwatch_ranking_quality_drift:stderr" in by_name[name], name
 
 
 def test_every_recording_rule_follows_level_metric_operations() -> None:

@@ -7,7 +7,8 @@ Checks, through Prometheus' HTTP API:
   substituted ("All" = ``.*``, single-value variables a concrete value);
 * RankwatchQualityBelowBaseline becomes pending or firing for new_user's slices and for no slice of the
   other segments (the overall slice may join: a third of its traffic regressed);
-* RankwatchAUCDrop does so for new_user too, and no health alert (stall, target down, ...) is active.
+* RankwatchAUCDrop does so for new_user too, and no health alert (stall, target down, ...) is active;
+* an A/A demo (no regression), run alongside with its own Prometheus for the same time, fires nothing.
 
 The rules are the shipped files; the only change in the test copy is shorter ``for:`` durations, because
 the shipped ones (up to 75 minutes) would outlast any test. Scrapes and evaluations run every second and the
@@ -39,7 +40,9 @@ DASHBOARD_DIR = REPO / "grafana" / "dashboards"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 REGRESSED = "new_user"
 OTHER_SEGMENTS = {"returning", "power_user"}
-TEST_FOR = "5s"
+# Longer than two 1h windows (a window closes every 6 s at 600x), so one unlucky window cannot make an
+# alert active: the shipped for: 75m does the same with real windows.
+TEST_FOR = "15s"
 DEADLINE_SECONDS = 90.0
 
 # Queries the demo cannot feed: it runs without Kafka and its simulated events are all well-formed.
@@ -148,13 +151,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, list[subprocess.Popen[bytes]]]]:
-    if not Path(PROMETHEUS).exists():
-        pytest.skip("prometheus is not installed (scripts/test.sh installs Debian's package)")
-    if not _demo_available():
-        pytest.skip("`rankwatch demo` does not exist yet (rankwatch/commands/demo.py)")
-    tmp = tmp_path_factory.mktemp("prometheus")
+def _start_stack(tmp: Path, regression: str) -> tuple[Prometheus, list[subprocess.Popen[bytes]]]:
+    """A demo (with ``regression`` as its regressed segment, '' for none) and its own Prometheus.
+
+    Each demo gets its own Prometheus: the recording rules combine every instance of a slice, so two
+    demos scraped by one Prometheus would be read as one fleet.
+    """
     demo_port, prom_port = _free_port(), _free_port()
     rules = tmp / "rules"
     rules.mkdir()
@@ -172,7 +174,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus,
         [
             sys.executable, "-m", "rankwatch.cli", "demo",
             "--duration", str(DEADLINE_SECONDS + 60), "--speed", "600", "--port", str(demo_port),
-            "--regression-segment", REGRESSED, "--regression-at", "0",
+            "--regression-segment", regression, "--regression-at", "0",
         ],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp,
     )  # fmt: skip
@@ -183,14 +185,32 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus,
         ],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp,
     )  # fmt: skip
-    procs = [demo, prometheus]
+    return Prometheus(f"http://127.0.0.1:{prom_port}"), [demo, prometheus]
+
+
+@pytest.fixture(scope="module")
+def stacks(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[tuple[Prometheus, list[subprocess.Popen[bytes]]], tuple[Prometheus, list[subprocess.Popen[bytes]]]]]:
+    """The regressed demo and, alongside for the same time, an A/A demo (no regression), each with its Prometheus."""
+    if not Path(PROMETHEUS).exists():
+        pytest.skip("prometheus is not installed (scripts/test.sh installs Debian's package)")
+    if not _demo_available():
+        pytest.skip("`rankwatch demo` does not exist yet (rankwatch/commands/demo.py)")
+    regressed = _start_stack(tmp_path_factory.mktemp("prometheus"), REGRESSED)
+    aa = _start_stack(tmp_path_factory.mktemp("prometheus-aa"), "")
     try:
-        yield Prometheus(f"http://127.0.0.1:{prom_port}"), procs
+        yield regressed, aa
     finally:
-        for p in procs:
+        for p in regressed[1] + aa[1]:
             _stop(p)
             if p.stdout:
                 p.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def live(stacks: Any) -> tuple[Prometheus, list[subprocess.Popen[bytes]]]:
+    return stacks[0]  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +229,12 @@ def warmed(live: tuple[Prometheus, list[subprocess.Popen[bytes]]]) -> Prometheus
     _wait("RankwatchQualityBelowBaseline for new_user", regressed_alert, deadline, procs)
     # Every query below needs a few scrapes of the cumulative counters (rate) and of the 5m window.
     _wait("fleet-exact 5m means", lambda: prom.query("metric:rankwatch_ranking_metric:mean_rate5m"), deadline, procs)
+    # ... and the 95 % bands of the 1h window (their rules evaluate after the drift SE the alert reads).
+    bands = (
+        'segment_surface_variant:rankwatch_ranking_quality_online:lower95{window="1h"}',
+        'segment_surface_variant:rankwatch_ranking_quality_drift:lower95{window="1h"}',
+    )
+    _wait("95 % bands", lambda: all(prom.query(q) for q in bands), deadline, procs)
     return prom
 
 
@@ -240,6 +266,15 @@ def test_auc_drop_fires_for_the_regressed_segment(warmed: Prometheus) -> None:
         return {a["labels"]["segment"] for a in warmed.alerts() if a["labels"]["alertname"] == "RankwatchAUCDrop"}
 
     assert _wait("RankwatchAUCDrop for new_user", lambda: REGRESSED in auc_alert_segments(), time.monotonic() + 30, [])
+
+
+def test_aa_run_alongside_fires_nothing(warmed: Prometheus, stacks: Any) -> None:
+    """The A/A demo ran as long as the regressed one took to fire: no alert is even pending, though its
+    drifts, their SEs and z scores are evaluated."""
+    aa, procs = stacks[1]
+    _wait("A/A drift z scores", lambda: aa.query("segment_surface_variant:rankwatch_ranking_quality_drift:z"),
+          time.monotonic() + 30, procs)  # fmt: skip
+    assert [a["labels"] for a in aa.alerts()] == []
 
 
 def test_healthy_pipeline_raises_no_health_alert(warmed: Prometheus) -> None:

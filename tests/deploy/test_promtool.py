@@ -46,25 +46,45 @@ def test_rule_unit_tests_pass(unit_test: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_unit_tests_fail_when_an_alert_is_broken(tmp_path: Path) -> None:
-    """The unit tests can fail: with the below-baseline margin at 50 %, the regression no longer fires."""
+MUTATIONS = {
+    # significance off: the thin noisy slice fires
+    "no significance": ("- record: rankwatch:alert_confidence_z:constant\n        expr: vector(2.326348)",
+                        "- record: rankwatch:alert_confidence_z:constant\n        expr: vector(0)"),
+    # materiality off: the thick slice 1.7 % below (significant, not material) fires
+    "no relative margin": ("- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.03)",
+                           "- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0)"),
+    "no AUC margin": ("- record: rankwatch:alert_auc_margin:constant\n        expr: vector(0.02)",
+                      "- record: rankwatch:alert_auc_margin:constant\n        expr: vector(0)"),
+    # a margin too large: the 5 % regression of the thick slice no longer fires
+    "margin 50 %": ("- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.03)",
+                    "- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.50)"),
+    # no floor: the 10-request slice fires
+    "no floor": ("- record: rankwatch:alert_min_requests:constant\n        expr: vector(30)",
+                 "- record: rankwatch:alert_min_requests:constant\n        expr: vector(0)"),
+    # no for: the 40-minute dip of the thick slice fires
+    "no for": ("            >= scalar(rankwatch:alert_min_requests:constant)\n        for: 75m",
+               "            >= scalar(rankwatch:alert_min_requests:constant)\n        for: 0m"),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_the_unit_tests_fail_when_a_quality_alert_condition_is_removed(tmp_path: Path, mutation: str) -> None:
+    """Each condition of the evidence-based quality alerts bites: without it, quality-alerts.yml fails."""
+    before, after = MUTATIONS[mutation]
     rules = tmp_path / "rules"
     rules.mkdir()
+    changed = 0
     for path in RULE_FILES:
         text = path.read_text()
-        if "rankwatch:alert_relative_margin:constant" in text:
-            text = text.replace(
-                "- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.10)",
-                "- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.50)",
-            )
-            assert "vector(0.50)" in text
-        (rules / path.name).write_text(text)
+        changed += text.count(before)
+        (rules / path.name).write_text(text.replace(before, after))
+    assert changed >= 1, mutation
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "quality-alerts.yml").write_text((PROM_DIR / "tests" / "quality-alerts.yml").read_text())
     result = _promtool("test", "rules", tests / "quality-alerts.yml")
-    assert result.returncode != 0
-    assert "RankwatchQualityBelowBaseline" in result.stdout + result.stderr
+    assert result.returncode != 0, mutation
+    assert "Rankwatch" in result.stdout + result.stderr
 
 
 def test_every_alert_is_shown_firing_by_a_unit_test() -> None:

@@ -337,3 +337,38 @@ def test_cached_exposition_stays_bounded_under_many_accept_headers() -> None:
         body, ctype = exposition.render(f"application/openmetrics-text;version=1.0.{minor}")
         assert ctype.startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
     assert len(exposition._cache) <= 4
+
+
+def test_standard_errors_and_window_sufficient_statistics(world) -> None:
+    """rankwatch_ranking_quality_stderr equals the aggregates' SEs online and the baseline file's offline;
+    the window statistics are each slice's (n, sum, sum of squares), and they give the SE back exactly."""
+    series = parse_exposition(scrape(world["url"]))
+    base: PublishedWindow = world["base"]
+    for pw in (world["w5"], world["w1h"]):
+        for key, agg in [((), pw.overall), *pw.slices.items()]:
+            lbl = labels_of(key)
+            for metric, se in agg.stderrs().items():
+                found = select(series, "rankwatch_ranking_quality_stderr", metric=metric, source="online",
+                               window=pw.window, **lbl)  # fmt: skip
+                assert (list(found.values()) == []) if se is None else list(found.values()) == [pytest.approx(se)]
+            for metric, s in agg.sums.items():
+                at = {"metric": metric, "window": pw.window, **lbl}
+                n = one(series, "rankwatch_ranking_window_observations", **at)
+                total = one(series, "rankwatch_ranking_window_sum_of_values", **at)
+                sq = one(series, "rankwatch_ranking_window_sum_of_squares", **at)
+                assert (n, total) == (s.count, pytest.approx(s.total))
+                if n >= 2 and s.stderr() is not None:
+                    assert math.sqrt(max(sq - total * total / n, 0.0) / (n - 1) / n) == pytest.approx(
+                        s.stderr(), rel=1e-6, abs=1e-12
+                    )
+        start = one(series, "rankwatch_ranking_window_start_timestamp_seconds", window=pw.window)
+        assert start == pw.start.timestamp()
+    checked = 0
+    for key, agg in [((), base.overall), *base.slices.items()]:
+        for metric, se in agg.stderrs().items():
+            found = select(series, "rankwatch_ranking_quality_stderr", metric=metric, source="offline",
+                           window="baseline", **labels_of(key))  # fmt: skip
+            if se is not None and found:  # the slice the exporter folds away is absent
+                assert list(found.values()) == [pytest.approx(se)]
+                checked += 1
+    assert checked >= 6 * len(base.slices)

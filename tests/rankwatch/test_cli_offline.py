@@ -29,7 +29,8 @@ def test_json_is_the_result_document(capsys) -> None:
     expected = compute_baseline(pd.read_csv(EXAMPLE)).document()
     assert doc == json.loads(json.dumps(expected))
     assert list(doc["overall"]) == ["requests", "requests_with_relevant", "items", "mrr", "ndcg@5", "ndcg@10",
-                                    "map@10", "auc_roc", "auc_pr"]  # fmt: skip
+                                    "map@10", "auc_roc", "auc_pr", "stderr"]  # fmt: skip
+    assert list(doc["overall"]["stderr"]) == ["mrr", "ndcg@5", "ndcg@10", "map@10", "auc_roc", "auc_pr"]
     assert {(s["segment"], s["surface"]) for s in doc["slices"]} == {
         (seg, surf) for seg in ("new_user", "returning", "power_user") for surf in ("home_feed", "search")
     }
