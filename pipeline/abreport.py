@@ -33,7 +33,7 @@ from rankwatch.pipeline.abstats import (
     compare_values,
     srm_test,
 )
-from rankwatch.pipeline.auc import ScoreHistogram
+from rankwatch.pipeline.aggregates import RankingAggregate
 from rankwatch.pipeline.experiment import DEFAULT_N_STAR
 from rankwatch.pipeline.slicing import ALL_VALUE, SliceKey
 
@@ -41,7 +41,7 @@ __all__ = ["INSUFFICIENT", "VERDICTS", "experiment_report"]
 
 INSUFFICIENT = "insufficient data"
 VERDICTS = ("better", "worse", "inconclusive", INSUFFICIENT)
-AucErrors = Callable[[ScoreHistogram], dict[str, float | None]]
+AucErrors = Callable[[RankingAggregate], dict[str, float | None]]
 
 
 def experiment_report(data: ExperimentData, *, auc_errors: AucErrors = auc_standard_errors) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def _auc_enough(t: ArmCell, c: ArmCell, min_pos: int, min_neg: int) -> bool:
 
 def _compare_auc(t: ArmCell, c: ArmCell, metric: str, requests: int, spec: Any, auc_errors: AucErrors) -> Comparison | None:
     vt, vc = _auc(t, metric), _auc(c, metric)
-    se_t, se_c = auc_errors(t.aggregate.histogram)[metric], auc_errors(c.aggregate.histogram)[metric]
+    se_t, se_c = auc_errors(t.aggregate)[metric], auc_errors(c.aggregate)[metric]
     if vt is None or vc is None or se_t is None or se_c is None:
         return None
     return compare_values(vt, se_t, vc, se_c, n_units=requests, alpha=spec.alpha,

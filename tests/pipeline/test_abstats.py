@@ -9,7 +9,6 @@ import pytest
 from scipy import stats
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from rankwatch.pipeline.abauc import auc_pr_se, auc_roc_se
 from rankwatch.pipeline.abstats import (
     ArmEstimate,
     benjamini_hochberg,
@@ -20,6 +19,8 @@ from rankwatch.pipeline.abstats import (
     srm_test,
 )
 from rankwatch.pipeline.auc import ScoreHistogram
+from rankwatch.pipeline.uncertainty import auc_pr_stderr as auc_pr_se
+from rankwatch.pipeline.uncertainty import auc_roc_stderr as auc_roc_se
 
 
 def _arm(x: np.ndarray) -> ArmEstimate:
