@@ -32,10 +32,12 @@ import pandas as pd
 
 from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_groups
 from rankwatch.pipeline.clock import Clock
+from rankwatch.pipeline.gauc import ScoreImage
 from rankwatch.pipeline.grouping import first_rows, order_by_request
 from rankwatch.pipeline.kernel import offsets_from_lengths, per_request_metrics
 from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.readers import (
+    USER_COLUMN,
     EvaluationSet,
     RequestLabels,
     read_evaluation_files,
@@ -115,15 +117,29 @@ def compute_baseline(
     lengths = np.bincount(codes, minlength=evalset.n_requests)
     ranked_labels, ranked_scores = labels[ranked], scores[ranked]
     metrics = per_request_metrics(ranked_labels, offsets_from_lengths(lengths), options)
-    overall = aggregate_groups(
-        metrics, ranked_labels, ranked_scores, np.zeros(evalset.n_requests, np.int64), 1, options
-    )[0]
+    users = evalset.labels.get(USER_COLUMN)
+    gauc_keys = None if users is None else users.codes
+    # GAUC runs twice on the same items (overall, per slice): transform and sort their scores once.
+    has_gauc = gauc_keys is not None or options.gauc_group == "request"
+    image = ScoreImage.of(ranked_scores, ranked_labels > 0, evalset.n_requests) if has_gauc else None
     slices: dict[SliceKey, RankingAggregate] = {}
     overflow: dict[str, int] = {}
     if slice_spec.by:
         group, keys, overflow = slice_groups(evalset, slice_spec)
-        aggs = aggregate_groups(metrics, ranked_labels, ranked_scores, group, len(keys), options)
+        aggs = aggregate_groups(
+            metrics, ranked_labels, ranked_scores, group, len(keys), options, gauc_keys=gauc_keys, score_image=image
+        )
         slices = dict(zip(keys, aggs, strict=True))
+    # Integer counts of the overall slice are the sums of the slices' (exact, and no pass over the items).
+    overall = aggregate_groups(
+        metrics, ranked_labels, ranked_scores, np.zeros(evalset.n_requests, np.int64), 1, options,
+        gauc_keys=gauc_keys, score_image=image, positions=not slices,
+    )[0]  # fmt: skip
+    if slices:
+        parts = list(slices.values())
+        overall.positives = sum(a.positives for a in parts)
+        overall.ctr_shown = np.sum([a.ctr_shown for a in parts], axis=0)
+        overall.ctr_positive = np.sum([a.ctr_positive for a in parts], axis=0)
     return BaselineResult(
         overall=overall,
         slices=slices,
