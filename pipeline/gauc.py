@@ -239,7 +239,7 @@ def _numerators(run_outer: IntArray, run_pos: IntArray, run_neg: IntArray) -> Fl
         np.not_equal(run_outer[1:], run_outer[:-1], out=first[1:])
     # Negatives before the outer id's first run, carried forward over its runs.
     base = np.maximum.accumulate(np.where(first, neg_before, 0))
-    out: FloatArray = run_pos * ((neg_before - base) + 0.5 * run_neg)
+    out = np.asarray(run_pos * ((neg_before - base) + 0.5 * run_neg), dtype=np.float64)
     return out
 
 
