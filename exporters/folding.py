@@ -86,6 +86,7 @@ def merge_aggregates(aggs: Sequence[RankingAggregate]) -> RankingAggregate:
         out.items += agg.items
         for name, s in agg.sums.items():
             totals.setdefault(name, MetricSum()).merge(s)
+        out.merge_positions_and_gauc(agg)  # issue 13
     out.sums = totals
     hists = [a.histogram for a in aggs if a.histogram.scores.size]
     new_ties = float(sum(a.histogram.new_ties for a in aggs))

@@ -92,6 +92,11 @@ class RankingAggregate:
         for name, s in other.sums.items():
             self.sums[name].merge(s)
         self.histogram = self.histogram.merge(other.histogram).compressed(self.options.max_distinct_scores)
+        self.merge_positions_and_gauc(other)
+
+    def merge_positions_and_gauc(self, other: RankingAggregate) -> None:
+        """Add ``other``'s positive items, per-rank counts and GAUC state (for mergers that add the other
+        fields themselves, e.g. the windows' batched accumulator)."""
         self.positives += other.positives
         self.ctr_shown = self.ctr_shown + other.ctr_shown
         self.ctr_positive = self.ctr_positive + other.ctr_positive
@@ -122,6 +127,10 @@ class RankingAggregate:
     def position_ctr(self) -> list[float | None]:
         """Click-through at ranks 1..``ctr_ranks``: positive / shown items at the rank, None where none shown."""
         return rates(self.ctr_positive, self.ctr_shown)
+
+    def position_values(self) -> dict[str, list[float | None] | list[int]]:
+        """The result document's list entries (issue 13): click-through and shown items per rank 1..K."""
+        return {"position_ctr": self.position_ctr(), "position_shown": self.ctr_shown.tolist()}
 
     def to_state(self) -> dict[str, Any]:
         return {

@@ -32,6 +32,7 @@ import pandas as pd
 
 from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_groups
 from rankwatch.pipeline.clock import Clock
+from rankwatch.pipeline.drift import ScoreDistribution
 from rankwatch.pipeline.gauc import ScoreImage
 from rankwatch.pipeline.grouping import first_rows, order_by_request
 from rankwatch.pipeline.kernel import offsets_from_lengths, per_request_metrics
@@ -82,6 +83,10 @@ class BaselineResult:
     def document(self) -> dict[str, Any]:
         """SPEC section 4's result document, plus ``skipped_rows`` and ``label_overflow``."""
         doc = result_document(self.overall, self.slices)
+        # issue 13: each slice's score distribution, the reference of the online score-drift statistics
+        bins = self.options.drift_bins
+        for entry, agg in zip([doc["overall"], *doc["slices"]], [self.overall, *(a for _, a in sorted(self.slices.items()))], strict=True):
+            entry["score_distribution"] = ScoreDistribution.from_histogram(agg.histogram, bins).to_dict()
         doc["skipped_rows"] = self.skipped_rows
         doc["label_overflow"] = dict(self.label_overflow)
         return doc
@@ -395,6 +400,11 @@ def _check_result(result: Any, options: MetricOptions, slice_by: tuple[str, ...]
                 isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
             ):
                 raise fail(f"{where}.{name} must be a number or null")
+        if "score_distribution" in entry:
+            try:
+                ScoreDistribution.from_dict(entry["score_distribution"])
+            except (TypeError, ValueError) as e:
+                raise fail(f"{where}.score_distribution: {e}") from None
         if where != "result.overall":
             for lbl in slice_by:
                 if not isinstance(entry.get(lbl), str):

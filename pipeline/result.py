@@ -14,6 +14,6 @@ def result_document(overall: RankingAggregate, slices: dict[SliceKey, RankingAgg
     Slices are sorted by their key so the document is deterministic.
     """
     return {
-        "overall": overall.values(),
-        "slices": [{**dict(key), **agg.values()} for key, agg in sorted(slices.items())],
+        "overall": {**overall.values(), **overall.position_values()},  # issue 13: + position_ctr, position_shown
+        "slices": [{**dict(key), **agg.values(), **agg.position_values()} for key, agg in sorted(slices.items())],
     }

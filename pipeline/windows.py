@@ -70,6 +70,7 @@ class SliceAccumulator:
         agg.items += part.items
         for name, s in part.sums.items():
             agg.sums[name].merge(s)
+        agg.merge_positions_and_gauc(part)  # issue 13
         n = part.histogram.n_distinct
         if n:
             self.pending.append(part.histogram)
