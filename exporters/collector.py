@@ -242,6 +242,21 @@ def _ranking_families(snap: Snapshot) -> Iterator[Metric]:
         names.RANKING_REQUESTS, "Requests behind each quality value (sample size).", "gauge", snap.requests
     )
     yield _family(
+        names.POSITION_CTR,
+        "Share of shown items with rel > 0 at each rank 1..K: online = last window, offline = baseline.",
+        "gauge",
+        snap.position_ctr,
+    )
+    yield _family(
+        names.SCORE_DRIFT,
+        "PSI and KS of the window's scores against the baseline slice's quantile bins.",
+        "gauge",
+        snap.score_drift,
+    )
+    yield _family(
+        names.SCORE_DRIFT_ITEMS, "Items of the window behind each score-drift value.", "gauge", snap.score_drift_items
+    )
+    yield _family(
         names.DRIFT_UNMATCHED_SLICES,
         "Slices present on one side only (no drift computed for them).",
         "gauge",

@@ -44,6 +44,11 @@ EXPORTER_LABEL_OVERFLOW = (
     "rankwatch_exporter_label_overflow"  # counter {label}: slices folded by the exporter
 )
 
+# issue 13 (docs/exporter.md, docs/metrics.md)
+POSITION_CTR = "rankwatch_position_ctr"  # gauge {rank, source, window, segment, surface, variant}
+SCORE_DRIFT = "rankwatch_score_drift"  # gauge {statistic=psi|ks, window, segment, surface, variant}
+SCORE_DRIFT_ITEMS = "rankwatch_score_drift_items"  # gauge {window, segment, surface, variant}: items compared
+
 SOURCE_ONLINE = "online"
 SOURCE_OFFLINE = "offline"
 BASELINE_WINDOW = "baseline"

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from rankwatch.exporters.folding import LabelSet
 from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.auc import ScoreHistogram
+from rankwatch.pipeline.drift import ScoreDistribution, ScoreDrift, score_drift
 
 Value = float | None
 
@@ -21,6 +23,11 @@ class SeriesValues:
 
     requests: int
     metrics: Mapping[str, Value]
+    # issue 13: click-through at ranks 1..K; the window's score histogram (online) or the baseline's
+    # score distribution (offline), the two sides of the score-drift statistics
+    position_ctr: tuple[Value, ...] = ()
+    score_histogram: ScoreHistogram | None = None
+    score_distribution: ScoreDistribution | None = None
 
     @classmethod
     def of(cls, agg: RankingAggregate) -> SeriesValues:
@@ -29,7 +36,22 @@ class SeriesValues:
         for name in agg.options.metric_names:
             v = values.get(name)
             metrics[name] = None if v is None else float(v)
-        return cls(requests=agg.requests, metrics=metrics)
+        return cls(
+            requests=agg.requests, metrics=metrics, position_ctr=tuple(agg.position_ctr()), score_histogram=agg.histogram
+        )
+
+
+def score_drifts(
+    online: Mapping[LabelSet, SeriesValues], offline: Mapping[LabelSet, SeriesValues]
+) -> dict[LabelSet, ScoreDrift]:
+    """PSI/KS of every online slice's scores against its baseline slice's distribution (both present)."""
+    out: dict[LabelSet, ScoreDrift] = {}
+    for labels, on in online.items():
+        off = offline.get(labels)
+        if off is None or off.score_distribution is None or on.score_histogram is None:
+            continue
+        out[labels] = score_drift(off.score_distribution, on.score_histogram)
+    return out
 
 
 @dataclass(frozen=True)

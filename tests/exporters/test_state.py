@@ -38,7 +38,8 @@ def test_cardinality_attack_is_bounded_and_counted() -> None:
     }
     # cap admitted values, "__other__", and "all" (overall and the surface roll-up).
     assert len(segments) == cap + 2 and "__other__" in segments
-    label_sets = cap + 3  # admitted values, __other__, the overall slice and the surface roll-up
+    label_sets = len(select(series, "rankwatch_ranking_requests"))  # one per (label set, source, window)
+    assert label_sets <= 2 * (cap + 3)  # admitted values, __other__, overall, the surface roll-up
     # quality, requests, the cumulative summary (_sum, _count) and finalized counter, ctr by rank, drift
     per_label_set = len(OPTIONS.metric_names) + 1 + 2 * len(OPTIONS.rank_metric_names) + 1 + OPTIONS.ctr_ranks + 3
     assert len(series) < label_sets * per_label_set + 100  # + health families
