@@ -74,13 +74,17 @@ class RankingAggregate:
     # -- building -------------------------------------------------------------------------------------
     @classmethod
     def from_lists(
-        cls, labels: npt.ArrayLike, scores: npt.ArrayLike, offsets: npt.ArrayLike, options: MetricOptions
+        cls, labels: npt.ArrayLike, scores: npt.ArrayLike, offsets: npt.ArrayLike, options: MetricOptions,
+        *, gauc_keys: npt.ArrayLike | None = None,
     ) -> RankingAggregate:
-        """Aggregate of flat ranked lists (labels and scores in rank order, list boundaries in offsets)."""
+        """Aggregate of flat ranked lists (labels and scores in rank order, list boundaries in offsets);
+        ``gauc_keys``: dense user codes per list, for GAUC by user (see :func:`aggregate_groups`)."""
         lab = np.asarray(labels, dtype=np.float64)
         metrics = per_request_metrics(lab, offsets, options)
         group = np.zeros(metrics.n_requests, dtype=np.int64)
-        return aggregate_groups(metrics, lab, np.asarray(scores, dtype=np.float64), group, 1, options)[0]
+        return aggregate_groups(
+            metrics, lab, np.asarray(scores, dtype=np.float64), group, 1, options, gauc_keys=gauc_keys
+        )[0]
 
     def merge(self, other: RankingAggregate) -> None:
         """Add ``other``'s requests to this aggregate (in place)."""
@@ -268,13 +272,9 @@ def _add_gauc(
         by_group = np.argsort(item_group, kind="stable")
         bounds = np.searchsorted(item_group[by_group], np.arange(n_groups + 1))
         for gi, agg in enumerate(out):
-            take = by_group[bounds[gi] : bounds[gi + 1]]
+            take = by_group[bounds[gi] : bounds[gi + 1]][: options.gauc_max_items]
             agg.gauc = GaucSums(open_keys=item_key[take], open_scores=scores[take], open_relevant=relevant[take])
-            agg.gauc.dropped = max(take.size - options.gauc_max_items, 0)
-            if agg.gauc.dropped:
-                agg.gauc.open_keys = agg.gauc.open_keys[: options.gauc_max_items]
-                agg.gauc.open_scores = agg.gauc.open_scores[: options.gauc_max_items]
-                agg.gauc.open_relevant = agg.gauc.open_relevant[: options.gauc_max_items]
+            agg.gauc.dropped = int(bounds[gi + 1] - bounds[gi]) - int(take.size)
         return
     if options.gauc_group == "request":
         pair, slice_of_pair = keys, grp
@@ -300,8 +300,14 @@ def aggregate_lists(
     request_group: npt.ArrayLike,
     n_groups: int,
     options: MetricOptions,
+    *,
+    gauc_keys: npt.ArrayLike | None = None,
+    gauc_open: bool = False,
 ) -> list[RankingAggregate]:
     """Per-group aggregates straight from flat lists: the kernel plus :func:`aggregate_groups`."""
     lab = np.asarray(labels, dtype=np.float64)
     metrics = per_request_metrics(lab, offsets, options)
-    return aggregate_groups(metrics, lab, np.asarray(scores, dtype=np.float64), request_group, n_groups, options)
+    return aggregate_groups(
+        metrics, lab, np.asarray(scores, dtype=np.float64), request_group, n_groups, options,
+        gauc_keys=gauc_keys, gauc_open=gauc_open,
+    )  # fmt: skip

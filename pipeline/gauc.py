@@ -20,7 +20,7 @@ buckets where it happens are recomputed from the true scores (a lexsort of those
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -243,25 +243,52 @@ def _numerators(run_outer: IntArray, run_pos: IntArray, run_neg: IntArray) -> Fl
     return out
 
 
-@dataclass
 class GaucSums:
     """Mergeable GAUC state of a slice: closed sums, plus the items of still-open groups (online, by user).
 
     ``weighted`` = sum of ``w_g AUC_g`` and ``weight`` = sum of ``w_g`` over closed two-class groups;
-    ``groups``/``excluded`` count closed groups with/without both classes. ``open_*`` hold items (a
-    64-bit group key, score, relevance) of groups that may still grow; they are evaluated by
-    :meth:`value`. ``available`` is False when the input had no group key (offline without ``user_id``).
+    ``groups``/``excluded`` count closed groups with/without both classes. The open items (a 64-bit
+    group key, score, relevance) belong to groups that may still grow; :meth:`value` evaluates them.
+    They are kept as a list of chunks, joined only when read, so merging many small batches into a
+    window costs linear time. At most ``max_open_items`` are kept by :meth:`merge`; the rest are dropped
+    and counted in ``dropped``. ``available`` is False when the input had no group key (offline without
+    ``user_id``): GAUC is then null.
     """
 
-    weighted: float = 0.0
-    weight: float = 0.0
-    groups: int = 0
-    excluded: int = 0
-    available: bool = True
-    dropped: int = 0
-    open_keys: IntArray = field(default_factory=lambda: np.empty(0, np.int64))
-    open_scores: FloatArray = field(default_factory=lambda: np.empty(0))
-    open_relevant: BoolArray = field(default_factory=lambda: np.empty(0, bool))
+    __slots__ = ("weighted", "weight", "groups", "excluded", "available", "dropped", "_chunks", "_n_open")
+
+    def __init__(
+        self,
+        weighted: float = 0.0,
+        weight: float = 0.0,
+        groups: int = 0,
+        excluded: int = 0,
+        available: bool = True,
+        dropped: int = 0,
+        open_keys: IntArray | None = None,
+        open_scores: FloatArray | None = None,
+        open_relevant: BoolArray | None = None,
+    ) -> None:
+        self.weighted, self.weight, self.groups, self.excluded = weighted, weight, groups, excluded
+        self.available, self.dropped = available, dropped
+        self._chunks: list[tuple[IntArray, FloatArray, BoolArray]] = []
+        self._n_open = 0
+        if open_keys is not None and open_keys.size:
+            assert open_scores is not None and open_relevant is not None
+            self._chunks.append((open_keys, open_scores, open_relevant))
+            self._n_open = int(open_keys.size)
+
+    @property
+    def n_open(self) -> int:
+        return self._n_open
+
+    def open_items(self) -> tuple[IntArray, FloatArray, BoolArray]:
+        """The open items as three arrays (the chunks joined once, then kept joined)."""
+        if not self._chunks:
+            return np.empty(0, np.int64), np.empty(0), np.empty(0, bool)
+        if len(self._chunks) > 1:
+            self._chunks = [tuple(np.concatenate(parts) for parts in zip(*self._chunks, strict=True))]  # type: ignore[list-item]
+        return self._chunks[0]
 
     def merge(self, other: GaucSums, max_open_items: int) -> None:
         self.weighted += other.weighted
@@ -270,20 +297,22 @@ class GaucSums:
         self.excluded += other.excluded
         self.available = self.available and other.available
         self.dropped += other.dropped
-        if other.open_keys.size:
-            room = max(max_open_items - self.open_keys.size, 0)
-            take = min(room, other.open_keys.size)
-            self.dropped += other.open_keys.size - take
-            self.open_keys = np.concatenate((self.open_keys, other.open_keys[:take]))
-            self.open_scores = np.concatenate((self.open_scores, other.open_scores[:take]))
-            self.open_relevant = np.concatenate((self.open_relevant, other.open_relevant[:take]))
+        room = max(max_open_items - self._n_open, 0)
+        for keys, scores, rel in other._chunks:
+            take = min(room, keys.size)
+            self.dropped += int(keys.size) - take
+            if take:
+                self._chunks.append((keys[:take], scores[:take], rel[:take]))
+                self._n_open += take
+                room -= take
 
     def totals(self, weight_kind: str) -> tuple[float, float, int, int]:
         """``(weighted, weight, groups, excluded)`` including the open groups."""
-        if self.open_keys.size == 0:
+        if self._n_open == 0:
             return self.weighted, self.weight, self.groups, self.excluded
-        codes, dense = np.unique(self.open_keys, return_inverse=True)
-        counts = group_auc(dense.reshape(-1), self.open_scores, self.open_relevant, codes.size)
+        keys, scores, rel = self.open_items()
+        codes, dense = np.unique(keys, return_inverse=True)
+        counts = group_auc(dense.reshape(-1), scores, rel, codes.size)
         w, s, g, e = weighted_sums(counts, np.zeros(codes.size, np.int64), 1, weight_kind)
         return self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]), self.excluded + int(e[0])
 
@@ -295,11 +324,12 @@ class GaucSums:
         return (weighted / weight if weight > 0 else None), groups, excluded
 
     def to_state(self) -> dict[str, Any]:
+        keys, scores, rel = self.open_items()
         return {
             "sums": [self.weighted, self.weight, self.groups, self.excluded, self.available, self.dropped],
-            "keys": self.open_keys.astype("<i8").tobytes(),
-            "scores": self.open_scores.astype("<f8").tobytes(),
-            "relevant": self.open_relevant.astype("u1").tobytes(),
+            "keys": keys.astype("<i8").tobytes(),
+            "scores": scores.astype("<f8").tobytes(),
+            "relevant": rel.astype("u1").tobytes(),
         }
 
     @classmethod
@@ -311,6 +341,9 @@ class GaucSums:
             np.frombuffer(state["scores"], dtype="<f8").astype(np.float64),
             np.frombuffer(state["relevant"], dtype="u1").astype(bool),
         )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GaucSums) and self.to_state() == other.to_state()
 
 
 def weighted_sums(

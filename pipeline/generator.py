@@ -109,6 +109,7 @@ class _Request:
     positions: list[int]
     scores: list[float]
     labels: list[int]
+    user_id: str = ""  # issue 13: on every impression of the request, the GAUC group
 
 
 class _Generator:
@@ -175,6 +176,7 @@ class _Generator:
         req = _Request(
             f"r-{cfg.seed}-{i}", ts_ms, segment, surface, variant, model,
             [f"i-{pool[j]}" for j in served], list(range(1, n + 1)), [float(scores[j]) for j in served], [0] * n,
+            f"u-{i % 997}",
         )
         return req, [int(grades[j]) for j in served]
 
@@ -193,7 +195,8 @@ class _Generator:
 
     def _impressions(self, i: int, req: _Request) -> None:
         cfg, rng = self.cfg, self.rng
-        labels: dict[str, Any] = {"segment": req.segment, "surface": req.surface, "variant": req.variant}
+        labels: dict[str, Any] = {"segment": req.segment, "surface": req.surface, "variant": req.variant,
+                                  "user_id": req.user_id}  # issue 13: item form carries the user too
         if rng.random() < 0.9:
             labels["model"] = req.model
         else:
@@ -209,7 +212,7 @@ class _Generator:
             if rng.random() < 0.2:
                 rng.shuffle(items)  # producers do not always send items in position order
             self._deliver("impressions", req.request_id, {"event_id": f"imp-{cfg.seed}-{i}",
-                          "request_id": req.request_id, "ts": self._ts(req.ts_ms), "user_id": f"u-{i % 997}",
+                          "request_id": req.request_id, "ts": self._ts(req.ts_ms),
                           **labels, "items": items}, req.ts_ms)
 
     def _feedback(self, i: int, req: _Request, true_grades: list[int]) -> None:
@@ -331,7 +334,7 @@ def _rows(requests: list[_Request]) -> pd.DataFrame:
         cols["position"] += r.positions
         cols["score"] += r.scores
         cols["label"] += r.labels
-        for c in ("segment", "surface", "variant", "model"):
+        for c in ("segment", "surface", "variant", "model", "user_id"):
             cols[c] += [getattr(r, c)] * n
         cols["request_ts"] += [r.ts_ms] * n
     frame = pd.DataFrame(cols)
@@ -340,13 +343,14 @@ def _rows(requests: list[_Request]) -> pd.DataFrame:
 
 
 ROW_COLUMNS = ("request_id", "item_id", "position", "score", "label", "segment", "surface", "variant", "model",
-               "request_ts")
+               "user_id", "request_ts")  # user_id: issue 13
 
 
 def ground_truth_rows(cfg: TrafficConfig) -> pd.DataFrame:
     """The joined rows every valid request should produce: one row per shown item, true attributed label.
 
-    Columns: ``request_id, item_id, position, score, label, segment, surface, variant, model, request_ts``
+    Columns: ``request_id, item_id, position, score, label, segment, surface, variant, model, user_id,
+    request_ts``
     (``request_ts`` aware UTC). Regenerates the traffic of ``cfg`` (deterministic), so it equals what the
     streaming core must compute from :func:`generate_events` of the same config.
     """

@@ -172,4 +172,4 @@ def test_state_round_trip_and_open_groups_merge() -> None:
     assert restored.value("impressions") == a.value("impressions")
     capped = GaucSums()
     capped.merge(a, max_open_items=50)
-    assert capped.open_keys.size == 50 and capped.dropped == 150
+    assert capped.n_open == 50 and capped.dropped == 150

@@ -50,9 +50,10 @@ def oracle(rows: pd.DataFrame, by=("segment", "surface"), options: MetricOptions
 
     def agg(frame: pd.DataFrame) -> RankingAggregate:
         sizes = frame.groupby("request_id", sort=False).size().to_numpy()
+        users = pd.factorize(frame.groupby("request_id", sort=False)["user_id"].first())[0]  # GAUC by user
         return RankingAggregate.from_lists(
             frame["label"].to_numpy(float), frame["score"].to_numpy(float),
-            np.concatenate(([0], np.cumsum(sizes))), options,
+            np.concatenate(([0], np.cumsum(sizes))), options, gauc_keys=users,
         )
 
     slices = {}
@@ -73,7 +74,7 @@ def assert_same_document(got: dict, want: dict) -> None:
         for key, expected in w.items():
             if key == "score_distribution":  # a baseline file's reference for score drift (issue 13)
                 continue
-            if key in RANK and expected is not None:
+            if (key in RANK or key == "gauc") and expected is not None:
                 assert g[key] == pytest.approx(expected, abs=1e-9), key
             else:
                 assert g[key] == expected, key  # counts, labels and both AUCs: exact

@@ -28,8 +28,9 @@ def oracle(rows: pd.DataFrame, by: tuple[str, ...], options: MetricOptions) -> d
 
     def agg(frame: pd.DataFrame) -> RankingAggregate:
         sizes = frame.groupby("request_id", sort=False).size().to_numpy()
+        users = pd.factorize(frame.groupby("request_id", sort=False)["user_id"].first())[0]  # GAUC by user
         return RankingAggregate.from_lists(frame.label.to_numpy(float), frame.score.to_numpy(float),
-                                           np.concatenate(([0], np.cumsum(sizes))), options)
+                                           np.concatenate(([0], np.cumsum(sizes))), options, gauc_keys=users)
 
     slices = {}
     for key, frame in rows.groupby(list(by), sort=True):
