@@ -67,7 +67,8 @@ class ScoreImage:
         image = _orderable(sc)
         drop = _U64(64 - prefix_bits)
         prefix = image >> drop
-        low = (prefix << _U64(1)) | rel.view(np.uint8).astype(_U64)
+        low = prefix << _U64(1)
+        low |= rel  # the label in the lowest bit
         ordered = np.sort(image)
         gaps = ordered[1:] ^ ordered[:-1]  # 0 for equal scores; small when two scores share their top bits
         has_ties = bool(ordered.size) and not bool(np.all(gaps))
@@ -77,8 +78,8 @@ class ScoreImage:
             shared = np.unique(ordered[close] >> drop)
             # Membership of a few prefixes: a bit table on their low 20 bits first, then an exact search.
             table = np.zeros(1 << 20, dtype=bool)
-            table[(shared & _U64(0xFFFFF)).astype(np.int64)] = True
-            candidates = np.flatnonzero(table[(prefix & _U64(0xFFFFF)).astype(np.int64)])
+            table[(shared & _U64(0xFFFFF)).view(np.int64)] = True
+            candidates = np.flatnonzero(table[(prefix & _U64(0xFFFFF)).view(np.int64)])
             at = np.minimum(np.searchsorted(shared, prefix[candidates]), shared.size - 1)
             affected = candidates[shared[at] == prefix[candidates]]
         return cls(sc, rel, prefix_bits, low, affected, has_ties)
@@ -183,19 +184,20 @@ def _numerators_of_sorted(ordered: npt.NDArray[np.uint64], pos: IntArray, size: 
     """Per group: sum over its positives of the negatives sorted before them in the group.
 
     Items are sorted by group (group ``g`` holds ``size[g]`` items, ``pos[g]`` positive) and the label is
-    the key's lowest bit. The ``j``-th positive overall, at sorted index ``i_j``, has ``i_j - j`` negatives
-    before it; subtracting the negatives before its group's start leaves those of its own group.
+    the key's lowest bit. With ``l_1 < ... < l_P`` the positives' places inside the group, the ``k``-th
+    has ``l_k - (k - 1)`` negatives before it: the sum is ``sum_k l_k - P (P - 1) / 2`` (Mann-Whitney).
+    ``sum_k l_k`` is one ``reduceat`` of ``label * index`` minus ``P`` times the group's start.
     """
-    if np.little_endian:  # the label bit sits in each key's first byte: test bytes, not whole keys
-        pos_at = np.flatnonzero(ordered.view(np.uint8)[::8] & 1)
+    if np.little_endian:  # the label bit sits in each key's first byte: read bytes, not whole keys
+        label = ordered.view(np.uint8)[::8] & 1
     else:
-        pos_at = np.flatnonzero(ordered & _U64(1))
-    below = pos_at - np.arange(pos_at.size, dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(below)))
-    pos_before = np.cumsum(pos) - pos
-    items_before = np.cumsum(size) - size
-    total = cum[pos_before + pos] - cum[pos_before]
-    return (total - pos * (items_before - pos_before)).astype(np.float64)
+        label = (ordered & _U64(1)).astype(np.uint8)
+    weighted = label * np.arange(ordered.size, dtype=np.int64)
+    starts = np.cumsum(size) - size
+    present = size > 0
+    index_sum = np.zeros(size.size, dtype=np.int64)
+    index_sum[present] = np.add.reduceat(weighted, starts[present])
+    return (index_sum - pos * starts - pos * (pos - 1) // 2).astype(np.float64)
 
 
 def _runs(outer: npt.NDArray[Any], ones: IntArray) -> tuple[npt.NDArray[Any], IntArray, IntArray]:

@@ -200,26 +200,25 @@ def _per_request_metrics_2d(
             col = min(k, depth) - 1
             values[f"ndcg@{k}"] = _ratio_or_nan(dcg_upto[:, col], ideal_upto[:, col], has_rel)
 
+    hit_ks = _hit_cutoffs(options)
+    hits_upto: npt.NDArray[np.int64] | None = None
+    if options.map_cutoffs or hit_ks:
+        # Relevant items within the first j + 1 ranks, shared by MAP and precision/recall/hit rate.
+        hits_depth = min(width, max((*options.map_cutoffs, *hit_ks)))
+        hits_upto = np.cumsum(relevant[:, :hits_depth], axis=1, dtype=np.int64)
     if options.map_cutoffs:
+        assert hits_upto is not None
         depth = min(width, max(options.map_cutoffs))
         top = relevant[:, :depth]
-        hits_upto = np.cumsum(top, axis=1, dtype=np.int64)
-        precision_sum = np.cumsum(np.where(top, hits_upto / np.arange(1.0, depth + 1.0), 0.0), axis=1)
+        precision_sum = np.cumsum(np.where(top, hits_upto[:, :depth] / np.arange(1.0, depth + 1.0), 0.0), axis=1)
         for k in options.map_cutoffs:
             col = min(k, depth) - 1
             denom = n_relevant if options.map_normalization == "relevant" else np.minimum(n_relevant, k)
             values[f"map@{k}"] = _ratio_or_nan(precision_sum[:, col], denom.astype(np.float64), has_rel)
-    hit_ks = _hit_cutoffs(options)
     if hit_ks:
-        # One count per cut-off column (a row sum each), not a cumulative sum over the whole grid.
-        hits_at: dict[int, FloatArray] = {}
-        previous, upto = 0, np.zeros(n)
-        for k in hit_ks:
-            col = min(k, width)
-            if col > previous:
-                upto = upto + np.count_nonzero(relevant[:, previous:col], axis=1)
-                previous = col
-            hits_at[k] = upto
+        assert hits_upto is not None
+        last = hits_upto.shape[1]
+        hits_at = {k: hits_upto[:, min(k, last) - 1].astype(np.float64) for k in hit_ks}
         _add_hit_metrics(values, hits_at, n_relevant, has_rel, options)
     return PerRequestMetrics(values=values, n_relevant=n_relevant, lengths=lengths.astype(np.int64))
 
