@@ -70,6 +70,8 @@ def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
         "rankwatch:alert_auc_margin:constant",
         "rankwatch:alert_sudden_drop_margin:constant",
         "rankwatch:alert_min_requests:constant",
+        "rankwatch:alert_score_psi:constant",  # issue 13
+        "rankwatch:alert_score_min_items:constant",
     }
     assert all(re.fullmatch(r"vector\([0-9.]+\)", e) for e in constants.values())
     by_name = {a["alert"]: a["expr"] for a in _alerts()}
@@ -80,6 +82,10 @@ def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
         # No bare numeric threshold hides in these expressions besides 1 (as in 1 - margin).
         numbers = set(re.findall(r"(?<![\w:.@])\d+(?:\.\d+)?(?![\w.])", expr))
         assert numbers <= {"1"}, (name, numbers)
+    score = by_name["RankwatchScoreDistributionShift"]  # issue 13: both constants, no bare threshold
+    assert "scalar(rankwatch:alert_score_psi:constant)" in score
+    assert "scalar(rankwatch:alert_score_min_items:constant)" in score
+    assert set(re.findall(r"(?<![\w:.@])\d+(?:\.\d+)?(?![\w.])", score.replace('"5m"', ""))) == set()
 
 
 def test_every_recording_rule_follows_level_metric_operations() -> None:
