@@ -188,6 +188,7 @@ def aggregate_groups(
     gauc_open: bool = False,
     score_image: ScoreImage | None = None,
     positions: bool = True,
+    histograms: list[ScoreHistogram] | None = None,
 ) -> list[RankingAggregate]:
     """Aggregates of many groups (slices) at once from per-request metrics.
 
@@ -200,7 +201,8 @@ def aggregate_groups(
     user's requests arrive in several batches) the items are kept with their key for the window.
     ``score_image`` (:meth:`pipeline.gauc.ScoreImage.of` of ``scores``) shares GAUC's score transform
     between calls on the same items. ``positions=False`` leaves the click-through counts and positive
-    items at zero, for a caller that sums them from finer groups (integers: exact).
+    items at zero, for a caller that sums them from finer groups (integers: exact). ``histograms``: the
+    groups' exact score histograms when the caller has built them already.
     """
     grp = np.asarray(request_group, dtype=np.int64)
     if grp.shape != (metrics.n_requests,):
@@ -221,7 +223,7 @@ def aggregate_groups(
             np.bincount(g, weights=v * v, minlength=n_groups),
         )
     item_group = np.repeat(grp, metrics.lengths)
-    hists = histograms_by_group(scores, labels > 0, item_group, n_groups)
+    hists = histograms if histograms is not None else histograms_by_group(scores, labels > 0, item_group, n_groups)
     out = []
     for gi in range(n_groups):
         agg = RankingAggregate(options)

@@ -55,7 +55,11 @@ class ScoreImage:
         return 1 << (63 - self.prefix_bits)
 
     @classmethod
-    def of(cls, scores: npt.ArrayLike, relevant: npt.ArrayLike, max_groups: int) -> ScoreImage:
+    def of(
+        cls, scores: npt.ArrayLike, relevant: npt.ArrayLike, max_groups: int, *, distinct: FloatArray | None = None
+    ) -> ScoreImage:
+        """``distinct``: the sorted distinct values of ``scores`` when the caller has them (the overall AUC
+        histogram's scores), which saves a sort."""
         sc = np.ascontiguousarray(scores, dtype=np.float64)
         rel = np.asarray(relevant, dtype=bool)
         if sc.shape != rel.shape or sc.ndim != 1:
@@ -69,10 +73,14 @@ class ScoreImage:
         prefix = image >> drop
         low = prefix << _U64(1)
         low |= rel  # the label in the lowest bit
-        ordered = np.sort(image)
+        if distinct is None:
+            ordered = np.sort(image)
+        else:
+            ordered = _orderable(np.ascontiguousarray(distinct, dtype=np.float64))
         gaps = ordered[1:] ^ ordered[:-1]  # 0 for equal scores; small when two scores share their top bits
-        has_ties = bool(ordered.size) and not bool(np.all(gaps))
-        close = np.flatnonzero((gaps != 0) & (gaps < (_U64(1) << drop)))
+        has_ties = (distinct.size < sc.size) if distinct is not None else bool(ordered.size) and not bool(np.all(gaps))
+        # gaps - 1 wraps 0 (equal scores) to the largest value: one comparison finds 0 < gap < 2^drop.
+        close = np.flatnonzero((gaps - _U64(1)) < ((_U64(1) << drop) - _U64(1)))
         affected = empty_ids
         if close.size:
             shared = np.unique(ordered[close] >> drop)

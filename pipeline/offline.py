@@ -31,6 +31,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_groups
+from rankwatch.pipeline.auc import ScoreHistogram
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.drift import ScoreDistribution
 from rankwatch.pipeline.gauc import ScoreImage
@@ -126,7 +127,10 @@ def compute_baseline(
     gauc_keys = None if users is None else users.codes
     # GAUC runs twice on the same items (overall, per slice): transform and sort their scores once.
     has_gauc = gauc_keys is not None or options.gauc_group == "request"
-    image = ScoreImage.of(ranked_scores, ranked_labels > 0, evalset.n_requests) if has_gauc else None
+    relevant = ranked_labels > 0
+    # The overall histogram sorts every score once; GAUC's score image reuses its distinct scores.
+    overall_hist = ScoreHistogram.from_pairs(ranked_scores, relevant)
+    image = ScoreImage.of(ranked_scores, relevant, evalset.n_requests, distinct=overall_hist.scores) if has_gauc else None
     slices: dict[SliceKey, RankingAggregate] = {}
     overflow: dict[str, int] = {}
     if slice_spec.by:
@@ -138,7 +142,7 @@ def compute_baseline(
     # Integer counts of the overall slice are the sums of the slices' (exact, and no pass over the items).
     overall = aggregate_groups(
         metrics, ranked_labels, ranked_scores, np.zeros(evalset.n_requests, np.int64), 1, options,
-        gauc_keys=gauc_keys, score_image=image, positions=not slices,
+        gauc_keys=gauc_keys, score_image=image, positions=not slices, histograms=[overall_hist],
     )[0]  # fmt: skip
     if slices:
         parts = list(slices.values())
