@@ -139,25 +139,38 @@ def request_group_auc(
     come from the per-request lengths and relevant counts, not from passes over the items."""
     pos = np.bincount(request_group, weights=n_relevant, minlength=n_groups).astype(np.int64)
     size = np.bincount(request_group, weights=lengths, minlength=n_groups).astype(np.int64)
-    return _group_auc(np.repeat(request_group, lengths), pos, size, image)
+    if image.prefix_bits < _MIN_PREFIX_BITS or n_groups > image.max_groups:
+        return _group_auc(np.repeat(request_group, lengths), pos, size, image)
+    # Shift the group ids per request, then expand: one pass over the items fewer.
+    keys = np.repeat((request_group << (image.prefix_bits + 1)).view(_U64), lengths)
+    if keys.shape != image.low.shape:
+        raise ValueError("the score image was built from other items")
+    keys |= image.low
+    return _group_auc(None, pos, size, image, keys=keys)
 
 
-def _group_auc(grp: IntArray, pos: IntArray, size: IntArray, image: ScoreImage) -> GroupAuc:
+def _group_auc(
+    grp: IntArray | None, pos: IntArray, size: IntArray, image: ScoreImage, *, keys: npt.NDArray[np.uint64] | None = None
+) -> GroupAuc:
     n_groups = int(pos.size)
     numerator = np.zeros(n_groups)
-    if grp.shape != image.scores.shape:
+    n_items = grp.size if grp is not None else (keys.size if keys is not None else 0)
+    if n_items != image.scores.size:
         raise ValueError("the score image was built from other items")
     if n_groups > image.max_groups:
         raise ValueError(f"the score image holds at most {image.max_groups} groups")
-    if grp.size == 0 or not np.any((pos > 0) & (pos < size)):
+    if n_items == 0 or not np.any((pos > 0) & (pos < size)):
         return GroupAuc(pos, size - pos, numerator)
     # One-class groups get a zero numerator below; they are sorted along (filtering costs more gathers).
     prefix_bits = image.prefix_bits
     if prefix_bits < _MIN_PREFIX_BITS:
+        assert grp is not None
         order = np.lexsort((image.scores, grp))
         ids, num = _sorted_runs(grp[order], image.scores[order], image.relevant[order])
         return GroupAuc(pos, size - pos, numerator + np.bincount(ids, weights=num, minlength=n_groups))
-    keys = (grp << (prefix_bits + 1)).view(_U64) | image.low
+    if keys is None:
+        assert grp is not None
+        keys = (grp << (prefix_bits + 1)).view(_U64) | image.low
     ordered = np.sort(keys)
     numerator += _numerators_of_sorted(ordered, pos, size)
     tie_share = 1.0  # what the sort counted for each positive/negative pair inside one bucket
