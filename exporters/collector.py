@@ -248,6 +248,12 @@ def _ranking_families(snap: Snapshot) -> Iterator[Metric]:
         snap.position_ctr,
     )
     yield _family(
+        names.GAUC_ITEMS_DROPPED,
+        "Items of the window left out of GAUC by the gauc_max_items cap (absent while under it).",
+        "gauge",
+        snap.gauc_items_dropped,
+    )
+    yield _family(
         names.SCORE_DRIFT,
         "PSI and KS of the window's scores against the baseline slice's quantile bins.",
         "gauge",

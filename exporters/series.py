@@ -28,6 +28,7 @@ class SeriesValues:
     position_ctr: tuple[Value, ...] = ()
     score_histogram: ScoreHistogram | None = None
     score_distribution: ScoreDistribution | None = None
+    gauc_items_dropped: int = 0
 
     @classmethod
     def of(cls, agg: RankingAggregate) -> SeriesValues:
@@ -37,7 +38,8 @@ class SeriesValues:
             v = values.get(name)
             metrics[name] = None if v is None else float(v)
         return cls(
-            requests=agg.requests, metrics=metrics, position_ctr=tuple(agg.position_ctr()), score_histogram=agg.histogram
+            requests=agg.requests, metrics=metrics, position_ctr=tuple(agg.position_ctr()), score_histogram=agg.histogram,
+            gauc_items_dropped=agg.gauc.dropped,
         )
 
 

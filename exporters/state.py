@@ -85,6 +85,7 @@ class Snapshot:
     position_ctr: tuple[Sample, ...] = ()
     score_drift: tuple[Sample, ...] = ()
     score_drift_items: tuple[Sample, ...] = ()
+    gauc_items_dropped: tuple[Sample, ...] = ()
 
 
 @dataclass
@@ -163,7 +164,7 @@ class MetricsState:
         self._unmatched: tuple[Sample, ...] = ()
         self._summary: tuple[Sample, ...] = ()
         self._finalized: tuple[Sample, ...] = ()
-        self._position_ctr: tuple[Sample, ...] = ()
+        self._position_ctr: tuple[tuple[Sample, ...], tuple[Sample, ...]] = ((), ())
         self._score_drift: tuple[tuple[Sample, ...], tuple[Sample, ...]] = ((), ())
         self._views: tuple[
             Mapping[str, OnlineWindow], Mapping[LabelSet, SeriesValues], Mapping[str, DriftResult]
@@ -346,7 +347,8 @@ class MetricsState:
             drifts=self._views[2],
             version_label=self._version_label,
             label_values_limit=self._health.label_values_limit,
-            position_ctr=self._position_ctr,
+            position_ctr=self._position_ctr[0],
+            gauc_items_dropped=self._position_ctr[1],
             score_drift=self._score_drift[0],
             score_drift_items=self._score_drift[1],
         )
@@ -373,9 +375,11 @@ class MetricsState:
                         quality.append(Sample(names.RANKING_QUALITY, {"metric": metric, **base}, value))
         return tuple(quality), tuple(requests)
 
-    def _position_ctr_samples(self) -> tuple[Sample, ...]:
-        """``rankwatch_position_ctr{rank}`` of every online window and baseline slice (issue 13)."""
+    def _position_ctr_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
+        """``rankwatch_position_ctr{rank}`` of every online window and baseline slice, and
+        ``rankwatch_gauc_items_dropped`` where the online GAUC cap was hit (issue 13)."""
         out: list[Sample] = []
+        dropped: list[Sample] = []
         sources: list[tuple[str, str, Mapping[LabelSet, SeriesValues]]] = [
             (names.SOURCE_ONLINE, w, ow.series) for w, ow in sorted(self._online.items())
         ]
@@ -386,7 +390,10 @@ class MetricsState:
                 for rank, value in enumerate(values.position_ctr, start=1):
                     if value is not None:
                         out.append(Sample(names.POSITION_CTR, {"rank": str(rank), **base}, value))
-        return tuple(out)
+                if values.gauc_items_dropped:  # the online GAUC cap was hit: GAUC covers the kept users only
+                    labels = {k: v for k, v in base.items() if k != "source"}
+                    dropped.append(Sample(names.GAUC_ITEMS_DROPPED, labels, float(values.gauc_items_dropped)))
+        return tuple(out), tuple(dropped)
 
     def _cumulative_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
         summary: list[Sample] = []

@@ -124,6 +124,7 @@ class RankingAggregate:
         out["auc_roc"] = self.histogram.auc_roc()
         out["auc_pr"] = self.histogram.average_precision()
         out["gauc"], out["gauc_groups"], out["gauc_groups_excluded"] = self.gauc.value(self.options.gauc_weight)
+        out["gauc_items_dropped"] = self.gauc.dropped  # online: items past gauc_max_items (0 offline)
         out["positive_rate"] = self.positives / self.items if self.items else None
         out["positives"] = self.positives
         return out

@@ -60,3 +60,31 @@ def test_position_ctr_and_score_drift_families(tmp_path) -> None:
     label_sets = len(select(series, "rankwatch_ranking_requests"))
     assert len(select(series, "rankwatch_position_ctr")) <= 10 * label_sets
     assert len(select(series, "rankwatch_score_drift")) <= 2 * len(select(series, "rankwatch_score_drift_items"))
+
+
+def test_gauc_cap_hit_is_exported() -> None:
+    """Online GAUC keeps at most gauc_max_items items per window slice; the dropped ones are a gauge."""
+    from datetime import timedelta
+
+    from exporter_helpers import T0
+
+    from rankwatch.pipeline.aggregates import aggregate_lists
+    from rankwatch.pipeline.options import MetricOptions
+    from rankwatch.pipeline.published import PublishedWindow
+
+    options = MetricOptions(gauc_max_items=30)
+    rng = np.random.default_rng(2)
+    lengths = np.full(10, 5)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    labels = (rng.random(50) < 0.4).astype(float)
+    parts = aggregate_lists(labels, rng.normal(size=50), offsets, np.zeros(10, np.int64), 1, options,
+                            gauc_keys=np.arange(10) % 3, gauc_open=True)  # fmt: skip
+    agg = parts[0]
+    assert agg.gauc.n_open == 30 and agg.values()["gauc_items_dropped"] == 20
+    state = MetricsState()
+    key = (("segment", "a"), ("surface", "x"))
+    state.publish_window(PublishedWindow("5m", T0, T0 + timedelta(minutes=5), agg, {key: agg}))
+    series = parse_exposition(generate_latest(build_registry(state)).decode())
+    assert select(series, "rankwatch_gauc_items_dropped", window="5m", segment="a", surface="x") == {
+        frozenset({"window": "5m", "segment": "a", "surface": "x", "variant": "all"}.items()): 20.0
+    }
