@@ -40,10 +40,14 @@ def position_counts(
     by_length = by_length.reshape(n_groups, ranks + 1)
     shown = np.cumsum(by_length[:, ::-1], axis=1)[:, ::-1][:, 1:].astype(np.int64)
     hits = np.flatnonzero(labels > 0)
-    hit_request = np.searchsorted(offsets, hits, side="right") - 1
+    width = int(lengths[0]) if lengths.size else 0
+    if width and hits.size and int(lengths.min()) == int(lengths.max()):
+        hit_request, rank0 = np.divmod(hits, width)  # lists of one length (top-k): no search needed
+    else:
+        hit_request = np.searchsorted(offsets, hits, side="right") - 1
+        rank0 = hits - offsets[hit_request]
     hit_group = request_group[hit_request]
     positives = np.bincount(hit_group, minlength=n_groups).astype(np.int64)
-    rank0 = hits - offsets[hit_request]
     top = rank0 < ranks
     positive = np.bincount(hit_group[top] * ranks + rank0[top], minlength=n_groups * ranks)
     return shown, positive.reshape(n_groups, ranks).astype(np.int64), positives

@@ -173,3 +173,11 @@ def test_state_round_trip_and_open_groups_merge() -> None:
     capped = GaucSums()
     capped.merge(a, max_open_items=50)
     assert capped.n_open == 50 and capped.dropped == 150
+
+
+@pytest.mark.parametrize("width", [1, 3, 12])
+def test_click_through_on_lists_of_one_length(width: int) -> None:
+    """The divmod path for top-k lists of one length equals the naive count."""
+    rng = np.random.default_rng(width)
+    lists = [rng.integers(0, 3, width).tolist() for _ in range(40)]
+    test_click_through_by_position_against_naive_counts.hypothesis.inner_test(lists, 10)  # type: ignore[attr-defined]
