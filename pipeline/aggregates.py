@@ -223,8 +223,12 @@ def aggregate_groups(
             np.bincount(g, weights=v, minlength=n_groups),
             np.bincount(g, weights=v * v, minlength=n_groups),
         )
-    item_group = np.repeat(grp, metrics.lengths)
-    hists = histograms if histograms is not None else histograms_by_group(scores, labels > 0, item_group, n_groups)
+    if histograms is not None:
+        hists = histograms
+    elif n_groups == 1:  # one group: no item-level group ids needed
+        hists = [ScoreHistogram.from_pairs(scores, labels > 0)]
+    else:
+        hists = histograms_by_group(scores, labels > 0, np.repeat(grp, metrics.lengths), n_groups)
     out = []
     for gi in range(n_groups):
         agg = RankingAggregate(options)
