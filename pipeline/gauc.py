@@ -77,13 +77,20 @@ class ScoreImage:
             ordered = np.sort(image)
         else:
             ordered = _orderable(np.ascontiguousarray(distinct, dtype=np.float64))
-        gaps = ordered[1:] ^ ordered[:-1]  # 0 for equal scores; small when two scores share their top bits
-        has_ties = (distinct.size < sc.size) if distinct is not None else bool(ordered.size) and not bool(np.all(gaps))
-        # gaps - 1 wraps 0 (equal scores) to the largest value: one comparison finds 0 < gap < 2^drop.
-        close = np.flatnonzero((gaps - _U64(1)) < ((_U64(1) << drop) - _U64(1)))
+        if distinct is None:  # make the sorted images distinct
+            keep = np.empty(ordered.size, dtype=bool)
+            keep[:1] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+            has_ties = not bool(keep.all())
+            ordered = ordered[keep] if has_ties else ordered
+        else:
+            has_ties = distinct.size < sc.size
+        # Two distinct scores share a prefix iff neighbours in sorted order do.
+        sorted_prefix = ordered >> drop
+        close = np.flatnonzero(sorted_prefix[1:] == sorted_prefix[:-1])
         affected = empty_ids
         if close.size:
-            shared = np.unique(ordered[close] >> drop)
+            shared = np.unique(sorted_prefix[close])
             # Membership of a few prefixes: a bit table on their low 20 bits first, then an exact search.
             table = np.zeros(1 << 20, dtype=bool)
             table[(shared & _U64(0xFFFFF)).view(np.int64)] = True
@@ -213,7 +220,8 @@ def _numerators_of_sorted(ordered: npt.NDArray[np.uint64], pos: IntArray, size: 
         label = ordered.view(np.uint8)[::8] & 1
     else:
         label = (ordered & _U64(1)).astype(np.uint8)
-    weighted = label * np.arange(ordered.size, dtype=np.int64)
+    weighted = np.arange(ordered.size, dtype=np.int64)
+    weighted *= label
     starts = np.cumsum(size) - size
     present = size > 0
     index_sum = np.zeros(size.size, dtype=np.int64)
@@ -234,9 +242,11 @@ def _runs(outer: npt.NDArray[Any], ones: IntArray) -> tuple[npt.NDArray[Any], In
 def _orderable(scores: FloatArray) -> npt.NDArray[np.uint64]:
     """A ``uint64`` image of float64 scores with the same order (IEEE 754 bits: flip all bits of a
     negative number, set the sign bit of a positive one). ``-0.0`` is mapped to ``+0.0`` first."""
-    bits = (scores + 0.0).view(_U64)
-    flip = (bits.view(np.int64) >> 63).view(_U64) | _U64(1 << 63)
-    return bits ^ flip
+    bits = (scores + 0.0).view(_U64)  # a new array: modified in place below
+    flip = (bits.view(np.int64) >> 63).view(_U64)
+    flip |= _U64(1 << 63)
+    bits ^= flip
+    return bits
 
 
 def _sorted_runs(outer: IntArray, scores: FloatArray, rel: BoolArray) -> tuple[IntArray, FloatArray]:

@@ -124,7 +124,11 @@ def compute_baseline(
     ranked_labels, ranked_scores = labels[ranked], scores[ranked]
     metrics = per_request_metrics(ranked_labels, offsets_from_lengths(lengths), options)
     users = evalset.labels.get(USER_COLUMN)
-    gauc_keys = None if users is None else users.codes
+    gauc_keys = None if users is None else users.codes.copy()
+    if gauc_keys is not None and gauc_keys.size and gauc_keys.min() < 0:
+        # A request without a user is a group of its own, as online (pipeline.join.user_key).
+        missing = np.flatnonzero(gauc_keys < 0)
+        gauc_keys[missing] = len(users.values) + np.arange(missing.size)  # type: ignore[union-attr]
     # GAUC runs twice on the same items (overall, per slice): transform and sort their scores once.
     has_gauc = gauc_keys is not None or options.gauc_group == "request"
     relevant = ranked_labels > 0

@@ -311,10 +311,10 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
         column = frame[label_name].iloc[keep]
         if grouped and not np.any(differs_from_previous(column) & same_request):
             # Rows arrive grouped by request and every request is uniform: read the first rows only.
-            first_codes, values = _label_codes(column.iloc[first])
+            first_codes, values = (_user_codes if label_name == USER_COLUMN else _label_codes)(column.iloc[first])
             labels[label_name] = RequestLabels(first_codes, values)
             continue
-        value_codes, values = _label_codes(frame[label_name])
+        value_codes, values = (_user_codes if label_name == USER_COLUMN else _label_codes)(frame[label_name])
         per_row = value_codes[keep]
         differs = per_row != per_row[first][codes]
         _check_subset(
@@ -428,6 +428,13 @@ def _label_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:
     text = [str(u).strip() or UNKNOWN_VALUE for u in uniques] + [UNKNOWN_VALUE]
     norm_codes, norm_uniques = pd.factorize(pd.Series(text, dtype=object))
     return norm_codes.astype(np.int64)[codes], tuple(str(u) for u in norm_uniques)
+
+
+def _user_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:
+    """Codes of the ``user_id`` column (issue 13), without the label path's per-value normalisation;
+    ``-1`` where the user is missing (``pipeline.offline`` makes each such request a GAUC group of its own)."""
+    codes, uniques = pd.factorize(column)
+    return codes.astype(np.int64), tuple(np.asarray(uniques, dtype=object).astype(str).tolist())
 
 
 def _numbers(column: pd.Series) -> npt.NDArray[np.float64]:

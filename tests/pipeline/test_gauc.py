@@ -181,3 +181,16 @@ def test_click_through_on_lists_of_one_length(width: int) -> None:
     rng = np.random.default_rng(width)
     lists = [rng.integers(0, 3, width).tolist() for _ in range(40)]
     test_click_through_by_position_against_naive_counts.hypothesis.inner_test(lists, 10)  # type: ignore[attr-defined]
+
+
+def test_offline_requests_without_user_are_groups_of_their_own() -> None:
+    frame = evaluation_frame(np.random.default_rng(8), 40)
+    missing = frame["request_id"].isin([f"r{q}" for q in range(0, 40, 3)])
+    frame["user_id"] = frame["user_id"].astype(object).where(~missing, None)
+    keys = frame["user_id"].where(~missing, "req:" + frame["request_id"]).to_numpy()
+    expected = naive_gauc(keys, frame["score"].to_numpy(), frame["label"].to_numpy() > 0, "impressions")
+    got = compute_baseline(frame).overall.values()
+    assert (got["gauc_groups"], got["gauc_groups_excluded"]) == expected[1:]
+    assert got["gauc"] == pytest.approx(expected[0], abs=1e-12)
+    shuffled = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)  # the ungrouped reader path
+    assert compute_baseline(shuffled).overall.values()["gauc"] == pytest.approx(expected[0], abs=1e-12)
