@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rankwatch.exporters.series import SeriesValues
+from rankwatch.pipeline.drift import ScoreDistribution
 from rankwatch.pipeline.offline import parse_baseline
 
 
@@ -90,7 +91,13 @@ def _values(entry: Mapping[str, Any], metric_names: tuple[str, ...]) -> SeriesVa
     metrics = {name: None if entry[name] is None else float(entry[name]) for name in metric_names}
     ses = entry.get("stderr") or {}  # absent in baseline files written before issue 11
     stderr = {name: None if ses.get(name) is None else float(ses[name]) for name in metric_names}
-    return SeriesValues(requests=int(entry["requests"]), metrics=metrics, stderr=stderr)
+    # issue 13: optional in files written before it (parse_baseline has validated the distribution)
+    ctr = tuple(None if v is None else float(v) for v in entry.get("position_ctr") or ())
+    dist = entry.get("score_distribution")
+    return SeriesValues(
+        requests=int(entry["requests"]), metrics=metrics, stderr=stderr, position_ctr=ctr,
+        score_distribution=None if dist is None else ScoreDistribution.from_dict(dist),
+    )  # fmt: skip
 
 
 def load_baseline_file(path: str | os.PathLike[str]) -> LoadedBaseline:

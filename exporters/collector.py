@@ -259,6 +259,27 @@ def _ranking_families(snap: Snapshot) -> Iterator[Metric]:
     ):
         yield _family(name, doc, "gauge", window_stats[name])
     yield _family(
+        names.POSITION_CTR,
+        "Share of shown items with rel > 0 at each rank 1..K: online = last window, offline = baseline.",
+        "gauge",
+        snap.position_ctr,
+    )
+    yield _family(
+        names.GAUC_ITEMS_DROPPED,
+        "Items of the window left out of GAUC by the gauc_max_items cap (absent while under it).",
+        "gauge",
+        snap.gauc_items_dropped,
+    )
+    yield _family(
+        names.SCORE_DRIFT,
+        "PSI and KS of the window's scores against the baseline slice's quantile bins.",
+        "gauge",
+        snap.score_drift,
+    )
+    yield _family(
+        names.SCORE_DRIFT_ITEMS, "Items of the window behind each score-drift value.", "gauge", snap.score_drift_items
+    )
+    yield _family(
         names.DRIFT_UNMATCHED_SLICES,
         "Slices present on one side only (no drift computed for them).",
         "gauge",

@@ -52,6 +52,12 @@ EXPORTER_LABEL_OVERFLOW = (
     "rankwatch_exporter_label_overflow"  # counter {label}: slices folded by the exporter
 )
 
+# issue 13 (docs/exporter.md, docs/metrics.md)
+POSITION_CTR = "rankwatch_position_ctr"  # gauge {rank, source, window, segment, surface, variant}
+SCORE_DRIFT = "rankwatch_score_drift"  # gauge {statistic=psi|ks, window, segment, surface, variant}
+SCORE_DRIFT_ITEMS = "rankwatch_score_drift_items"  # gauge {window, segment, surface, variant}: items compared
+GAUC_ITEMS_DROPPED = "rankwatch_gauc_items_dropped"  # gauge {window, segment, surface, variant}: past the cap
+
 SOURCE_ONLINE = "online"
 SOURCE_OFFLINE = "offline"
 BASELINE_WINDOW = "baseline"

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from rankwatch.exporters.folding import LabelSet
 from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.auc import ScoreHistogram
+from rankwatch.pipeline.drift import ScoreDistribution, ScoreDrift, score_drift
 
 Value = float | None
 
@@ -27,6 +29,12 @@ class SeriesValues:
     metrics: Mapping[str, Value]
     stderr: Mapping[str, Value] = field(default_factory=dict)
     moments: Mapping[str, tuple[int, float, float]] = field(default_factory=dict)
+    # issue 13: click-through at ranks 1..K; the window's score histogram (online) or the baseline's
+    # score distribution (offline), the two sides of the score-drift statistics
+    position_ctr: tuple[Value, ...] = ()
+    score_histogram: ScoreHistogram | None = None
+    score_distribution: ScoreDistribution | None = None
+    gauc_items_dropped: int = 0
 
     @classmethod
     def of(cls, agg: RankingAggregate) -> SeriesValues:
@@ -39,7 +47,23 @@ class SeriesValues:
             metrics[name] = None if v is None else float(v)
             stderr[name] = None if se is None else float(se)
         moments = {name: (s.count, s.total, s.total_sq) for name, s in agg.sums.items()}
-        return cls(requests=agg.requests, metrics=metrics, stderr=stderr, moments=moments)
+        return cls(
+            requests=agg.requests, metrics=metrics, stderr=stderr, moments=moments,
+            position_ctr=tuple(agg.position_ctr()), score_histogram=agg.histogram, gauc_items_dropped=agg.gauc.dropped,
+        )
+
+
+def score_drifts(
+    online: Mapping[LabelSet, SeriesValues], offline: Mapping[LabelSet, SeriesValues]
+) -> dict[LabelSet, ScoreDrift]:
+    """PSI/KS of every online slice's scores against its baseline slice's distribution (both present)."""
+    out: dict[LabelSet, ScoreDrift] = {}
+    for labels, on in online.items():
+        off = offline.get(labels)
+        if off is None or off.score_distribution is None or on.score_histogram is None:
+            continue
+        out[labels] = score_drift(off.score_distribution, on.score_histogram)
+    return out
 
 
 @dataclass(frozen=True)

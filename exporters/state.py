@@ -33,7 +33,7 @@ from rankwatch.exporters.folding import (
     rollups,
 )
 from rankwatch.exporters.health import HealthFigures, health_from_stats
-from rankwatch.exporters.series import DriftResult, SeriesValues, drift
+from rankwatch.exporters.series import DriftResult, SeriesValues, drift, score_drifts
 from rankwatch.pipeline.aggregates import RankingAggregate
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream import StreamConfig
@@ -83,6 +83,11 @@ class Snapshot:
     label_values_limit: int | None
     stderr: tuple[Sample, ...] = ()
     window_stats: tuple[Sample, ...] = ()
+    # issue 13
+    position_ctr: tuple[Sample, ...] = ()
+    score_drift: tuple[Sample, ...] = ()
+    score_drift_items: tuple[Sample, ...] = ()
+    gauc_items_dropped: tuple[Sample, ...] = ()
 
 
 @dataclass
@@ -163,6 +168,8 @@ class MetricsState:
         self._unmatched: tuple[Sample, ...] = ()
         self._summary: tuple[Sample, ...] = ()
         self._finalized: tuple[Sample, ...] = ()
+        self._position_ctr: tuple[tuple[Sample, ...], tuple[Sample, ...]] = ((), ())
+        self._score_drift: tuple[tuple[Sample, ...], tuple[Sample, ...]] = ((), ())
         self._views: tuple[
             Mapping[str, OnlineWindow], Mapping[LabelSet, SeriesValues], Mapping[str, DriftResult]
         ]
@@ -306,6 +313,10 @@ class MetricsState:
         self._quality, self._requests = self._quality_samples()
         self._stderr, self._window_stats = self._uncertainty_samples()
         self._drift, self._unmatched = _drift_samples(self._drifts)
+        self._position_ctr = self._position_ctr_samples()
+        self._score_drift = _score_drift_samples(
+            {w: score_drifts(ow.series, self._offline) for w, ow in self._online.items()}
+        )
         # Read-only copies for snapshots, made once per change rather than once per snapshot.
         self._views = (
             MappingProxyType(dict(self._online)),
@@ -343,6 +354,10 @@ class MetricsState:
             label_values_limit=self._health.label_values_limit,
             stderr=self._stderr,
             window_stats=self._window_stats,
+            position_ctr=self._position_ctr[0],
+            gauc_items_dropped=self._position_ctr[1],
+            score_drift=self._score_drift[0],
+            score_drift_items=self._score_drift[1],
         )
 
     def _quality_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
@@ -391,6 +406,26 @@ class MetricsState:
             stats.append(Sample(names.WINDOW_START, {"window": window}, ow.start.timestamp()))
         return tuple(stderr), tuple(stats)
 
+    def _position_ctr_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
+        """``rankwatch_position_ctr{rank}`` of every online window and baseline slice, and
+        ``rankwatch_gauc_items_dropped`` where the online GAUC cap was hit (issue 13)."""
+        out: list[Sample] = []
+        dropped: list[Sample] = []
+        sources: list[tuple[str, str, Mapping[LabelSet, SeriesValues]]] = [
+            (names.SOURCE_ONLINE, w, ow.series) for w, ow in sorted(self._online.items())
+        ]
+        sources.append((names.SOURCE_OFFLINE, names.BASELINE_WINDOW, self._offline))
+        for source, window, series in sources:
+            for (segment, surface, variant), values in sorted(series.items()):
+                base = {"source": source, "window": window, "segment": segment, "surface": surface, "variant": variant}
+                for rank, value in enumerate(values.position_ctr, start=1):
+                    if value is not None:
+                        out.append(Sample(names.POSITION_CTR, {"rank": str(rank), **base}, value))
+                if values.gauc_items_dropped:  # the online GAUC cap was hit: GAUC covers the kept users only
+                    labels = {k: v for k, v in base.items() if k != "source"}
+                    dropped.append(Sample(names.GAUC_ITEMS_DROPPED, labels, float(values.gauc_items_dropped)))
+        return tuple(out), tuple(dropped)
+
     def _cumulative_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
         summary: list[Sample] = []
         finalized: list[Sample] = []
@@ -425,6 +460,20 @@ def _drift_samples(drifts: Mapping[str, DriftResult]) -> tuple[tuple[Sample, ...
                 )
             )
     return tuple(out), tuple(unmatched)
+
+
+def _score_drift_samples(by_window: Mapping[str, Mapping[LabelSet, Any]]) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
+    """``rankwatch_score_drift{statistic}`` (PSI, KS; absent where undefined) and the items compared."""
+    values: list[Sample] = []
+    items: list[Sample] = []
+    for window, drifts in sorted(by_window.items()):
+        for (segment, surface, variant), d in sorted(drifts.items()):
+            base = {"window": window, "segment": segment, "surface": surface, "variant": variant}
+            items.append(Sample(names.SCORE_DRIFT_ITEMS, base, float(d.items)))
+            for statistic, value in (("psi", d.psi), ("ks", d.ks)):
+                if value is not None:
+                    values.append(Sample(names.SCORE_DRIFT, {"statistic": statistic, **base}, value))
+    return tuple(values), tuple(items)
 
 
 def _installed_version() -> str:

@@ -40,6 +40,7 @@ class Impression(msgspec.Struct, frozen=True, gc=False):
     variant: str = "unknown"
     model: str = "unknown"
     item_form: bool = False
+    user_id: str = ""  # issue 13: the GAUC group ("" when the impression has none)
 
     def label(self, name: str) -> str:
         return str(getattr(self, name))

@@ -235,7 +235,7 @@ class _Generator:
         req = _Request(
             f"r-{cfg.seed}-{i}", ts_ms, segment, surface, variant, model,
             [f"i-{pool[j]}" for j in served], list(range(1, n + 1)), [float(scores[j]) for j in served], [0] * n,
-            user_id,
+            user_id or f"u-{i % 997}",  # issue 13: every request has a user, the GAUC group
         )
         return req, [int(grades[j]) for j in served]
 
@@ -258,7 +258,9 @@ class _Generator:
 
     def _impressions(self, i: int, req: _Request) -> None:
         cfg, rng = self.cfg, self.rng
-        labels: dict[str, Any] = {"segment": req.segment, "surface": req.surface, "variant": req.variant}
+        # user_id first: list-form events keep their bytes; item-form events carry the user too (issue 13)
+        labels: dict[str, Any] = {"user_id": req.user_id, "segment": req.segment, "surface": req.surface,
+                                  "variant": req.variant}
         if rng.random() < 0.9:
             labels["model"] = req.model
         else:
@@ -274,7 +276,7 @@ class _Generator:
             if rng.random() < 0.2:
                 rng.shuffle(items)  # producers do not always send items in position order
             self._deliver("impressions", req.request_id, {"event_id": f"imp-{cfg.seed}-{i}",
-                          "request_id": req.request_id, "ts": self._ts(req.ts_ms), "user_id": req.user_id or f"u-{i % 997}",
+                          "request_id": req.request_id, "ts": self._ts(req.ts_ms),
                           **labels, "items": items}, req.ts_ms)
 
     def _feedback(self, i: int, req: _Request, true_grades: list[int]) -> None:
@@ -387,8 +389,8 @@ def _run(cfg: TrafficConfig, truth: list[_Request] | None) -> Iterator[Generated
     yield from gen._drain(None)
 
 
-def _rows(requests: list[_Request], with_users: bool = False) -> pd.DataFrame:
-    cols: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS + (("user_id",) if with_users else ())}
+def _rows(requests: list[_Request]) -> pd.DataFrame:
+    cols: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}
     for r in requests:
         if r.dropped:
             continue
@@ -398,38 +400,37 @@ def _rows(requests: list[_Request], with_users: bool = False) -> pd.DataFrame:
         cols["position"] += r.positions
         cols["score"] += r.scores
         cols["label"] += r.labels
-        for c in ("segment", "surface", "variant", "model"):
+        for c in ("segment", "surface", "variant", "model", "user_id"):
             cols[c] += [getattr(r, c)] * n
         cols["request_ts"] += [r.ts_ms] * n
-        if with_users:
-            cols["user_id"] += [r.user_id] * n
     frame = pd.DataFrame(cols)
     frame["request_ts"] = pd.to_datetime(frame["request_ts"], unit="ms", utc=True)
     return frame
 
 
 ROW_COLUMNS = ("request_id", "item_id", "position", "score", "label", "segment", "surface", "variant", "model",
-               "request_ts")
+               "user_id", "request_ts")  # user_id: issue 13
 
 
 def ground_truth_rows(cfg: TrafficConfig) -> pd.DataFrame:
     """The joined rows every valid request should produce: one row per shown item, true attributed label.
 
-    Columns: ``request_id, item_id, position, score, label, segment, surface, variant, model, request_ts``
+    Columns: ``request_id, item_id, position, score, label, segment, surface, variant, model, user_id,
+    request_ts``
     (``request_ts`` aware UTC). Regenerates the traffic of ``cfg`` (deterministic), so it equals what the
     streaming core must compute from :func:`generate_events` of the same config.
     """
     truth: list[_Request] = []
     for _ in _run(cfg, truth):
         pass
-    return _rows(truth, cfg.experiment is not None)
+    return _rows(truth)
 
 
 def generate_with_truth(cfg: TrafficConfig) -> tuple[list[GeneratedEvent], pd.DataFrame]:
     """Events and ground-truth rows in one generation pass (for tests)."""
     truth: list[_Request] = []
     events = list(_run(cfg, truth))
-    return events, _rows(truth, cfg.experiment is not None)
+    return events, _rows(truth)
 
 
 def evaluation_frame(cfg: TrafficConfig, n_requests: int) -> pd.DataFrame:
@@ -444,7 +445,7 @@ def evaluation_frame(cfg: TrafficConfig, n_requests: int) -> pd.DataFrame:
             break
         out.append(gen.emit(i, ts))
         gen.heap.clear()
-    return _rows(out, cfg.experiment is not None)
+    return _rows(out)
 
 
 def _arm_by_share(exp: ExperimentTraffic, u: float) -> str:

@@ -22,6 +22,7 @@ reused slot); :meth:`PendingRequests.take_bucket` filters them.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import struct
 from array import array
@@ -63,6 +64,7 @@ class FinalizedBatch:
     feedback_accepted: int = 0  # feedback decided only now (it predated its request's ts when it came)
     feedback_late: int = 0  # ... and found outside the attribution window
     feedback_detached: int = 0  # counted accepted on arrival, outside the window of the final request_ts
+    users: npt.NDArray[np.int64] | None = None  # issue 13: 64-bit key of each request's user (GAUC group)
 
     @property
     def n_requests(self) -> int:
@@ -78,7 +80,8 @@ class FinalizedBatch:
         item_keep = np.repeat(keep, lengths)
         offsets = np.concatenate(([0], np.cumsum(lengths[keep]))).astype(np.int64)
         return FinalizedBatch([], self.ts_ms[keep], self.combo[keep], self.labels[item_keep],
-                              self.scores[item_keep], offsets)
+                              self.scores[item_keep], offsets,
+                              users=None if self.users is None else self.users[keep])  # issue 13
 
     @staticmethod
     def concat(batches: list[FinalizedBatch]) -> FinalizedBatch:
@@ -90,19 +93,23 @@ class FinalizedBatch:
             [], np.concatenate([b.ts_ms for b in batches]), np.concatenate([b.combo for b in batches]),
             np.concatenate([b.labels for b in batches]), np.concatenate([b.scores for b in batches]),
             np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+            users=None if any(b.users is None for b in batches)
+            else np.concatenate([b.users for b in batches if b.users is not None]),  # issue 13
         )
 
     def to_state(self) -> list[bytes]:
+        users = () if self.users is None else (self.users,)  # issue 13: optional sixth column
         return [a.astype(a.dtype.newbyteorder("<")).tobytes()
-                for a in (self.ts_ms, self.combo, self.labels, self.scores, self.offsets)]
+                for a in (self.ts_ms, self.combo, self.labels, self.scores, self.offsets, *users)]
 
     @classmethod
     def from_state(cls, state: list[bytes]) -> FinalizedBatch:
         ts, combo, labels, scores, offsets = (
             np.frombuffer(b, dtype=d).astype(d.lstrip("<"))
-            for b, d in zip(state, ("<i8", "<i8", "<f8", "<f8", "<i8"), strict=True)
+            for b, d in zip(state[:5], ("<i8", "<i8", "<f8", "<f8", "<i8"), strict=True)
         )
-        return cls([], ts, combo, labels, scores, offsets)
+        users = np.frombuffer(state[5], dtype="<i8").astype(np.int64) if len(state) > 5 else None
+        return cls([], ts, combo, labels, scores, offsets, users=users)
 
 
 class PendingRequests:
@@ -116,6 +123,7 @@ class PendingRequests:
         self.rid: list[str | None] = []
         self.ts = array("q")
         self.combo = array("i")
+        self.user = array("q")  # issue 13: user_key() of the request's first impression
         # One bytes object per request: float64 scores (8 * n bytes), then the UTF-8 item ids joined by NUL.
         self.record: list[bytes | None] = []
         self.count = array("H")  # items per request (max_items_per_request <= 65535)
@@ -159,6 +167,7 @@ class PendingRequests:
             self.rid[slot] = imp.request_id
             self.ts[slot] = imp.ts_ms
             self.combo[slot] = combo
+            self.user[slot] = user_key(imp)
             self.record[slot] = packed
             self.count[slot] = n
             self.positions[slot] = pos_col
@@ -168,6 +177,7 @@ class PendingRequests:
             self.rid.append(imp.request_id)
             self.ts.append(imp.ts_ms)
             self.combo.append(combo)
+            self.user.append(user_key(imp))
             self.record.append(packed)
             self.count.append(n)
             self.positions.append(pos_col)
@@ -280,6 +290,7 @@ class PendingRequests:
             positions[s] = None
             free.append(s)
         combo_arr = np.array([self.combo[s] for s in slots], dtype=np.int64)
+        users = np.array([self.user[s] for s in slots], dtype=np.int64)  # issue 13
         self.n_items -= base
         offsets = np.zeros(len(slots) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -288,7 +299,7 @@ class PendingRequests:
         if label_at:
             np.maximum.at(labels, np.array(label_at, dtype=np.intp), np.array(label_grade, dtype=np.float64))
         return FinalizedBatch(request_ids, np.array(ts_list, dtype=np.int64), combo_arr, labels, scores, offsets,
-                              accepted, late, detached)
+                              accepted, late, detached, users)
 
     # -- snapshot --------------------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
@@ -298,6 +309,7 @@ class PendingRequests:
             "rid": [self.rid[s] for s in slots],
             "ts": [self.ts[s] for s in slots],
             "combo": [self.combo[s] for s in slots],
+            "user": [self.user[s] for s in slots],  # issue 13
             "record": [self.record[s] for s in slots],
             "count": [self.count[s] for s in slots],
             "positions": [None if self.positions[s] is None else self.positions[s].tobytes() for s in slots],  # type: ignore[union-attr]
@@ -313,6 +325,7 @@ class PendingRequests:
             out.rid.append(rid)
             out.ts.append(int(state["ts"][i]))
             out.combo.append(int(state["combo"][i]))
+            out.user.append(int(state["user"][i]) if "user" in state else 0)
             out.record.append(bytes(state["record"][i]))
             out.count.append(int(state["count"][i]))
             pos = state["positions"][i]
@@ -323,6 +336,13 @@ class PendingRequests:
             out.n_items += out.count[i]
             out._file(i, out.ts[i])
         return out
+
+
+def user_key(imp: Impression) -> int:
+    """A stable 64-bit key of the impression's user (issue 13, the GAUC group); without a ``user_id``,
+    a key of the request itself, so such a request is a group of its own rather than one "unknown" user."""
+    text = "u:" + imp.user_id if imp.user_id else "r:" + imp.request_id
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 def feedback_entry(fb: Feedback, counted: bool) -> FeedbackEntry:

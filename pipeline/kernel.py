@@ -1,4 +1,4 @@
-"""The one metric kernel: per-request RR, NDCG@k and AP@k over many ranked lists at once.
+"""The one metric kernel: per-request RR, NDCG@k, AP@k, P@k, recall@k and hit rate@k over many lists at once.
 
 Lists are given flat: ``labels`` holds the graded relevance of every shown item, list after list, each list
 in rank order, and ``offsets`` (length ``n + 1``) marks where list ``j`` starts and ends
@@ -64,7 +64,7 @@ def gains(labels: FloatArray, gain: str) -> FloatArray:
 def per_request_metrics(
     labels: npt.ArrayLike, offsets: npt.ArrayLike, options: MetricOptions, *, layout: Layout = "auto"
 ) -> PerRequestMetrics:
-    r"""Compute RR, NDCG@k and AP@k for every list.
+    r"""Compute RR, NDCG@k, AP@k, precision@k, recall@k and hit_rate@k for every list.
 
     Parameters
     ----------
@@ -92,7 +92,14 @@ def per_request_metrics(
         AP@k = \frac{1}{R} \sum_{i \le k} P@i \, [rel_i > 0]
 
     where ``g`` is ``2**rel - 1`` or ``rel`` and IDCG@k is the DCG@k of the list's labels sorted descending.
-    AP@k divides by ``min(R, k)`` when ``options.map_normalization == "min_relevant_k"``.
+    AP@k divides by ``min(R, k)`` when ``options.map_normalization == "min_relevant_k"``. With
+    ``H_k = \sum_{i \le k} [rel_i > 0]`` (ranks past the list's end count as non-relevant):
+
+    .. math::
+
+        P@k = H_k / k, \quad recall@k = H_k / R, \quad hit\_rate@k = [H_k > 0]
+
+    (trec_eval ``P_k``, ``recall_k`` with R the relevant items of the served list, ``success_k``).
     """
     lab, off = check_lists(labels, offsets)
     lengths = np.diff(off)
@@ -128,7 +135,35 @@ def per_request_metrics(
             total = _weighted_counts(req[hit], precision[hit], n)
             denom = n_relevant if options.map_normalization == "relevant" else np.minimum(n_relevant, k)
             values[f"map@{k}"] = _ratio_or_nan(total, denom.astype(np.float64), has_rel)
+    hit_ks = _hit_cutoffs(options)
+    if hit_ks:
+        rel_rank = rank0[relevant]
+        rel_req = req[relevant]
+        hits_at = {k: np.bincount(rel_req[rel_rank < k], minlength=n).astype(np.float64) for k in hit_ks}
+        _add_hit_metrics(values, hits_at, n_relevant, has_rel, options)
     return PerRequestMetrics(values=values, n_relevant=n_relevant, lengths=lengths.astype(np.int64))
+
+
+def _hit_cutoffs(options: MetricOptions) -> tuple[int, ...]:
+    """Every k for which the count of relevant items in the top k is needed (P, recall, hit rate)."""
+    return tuple(sorted({*options.precision_cutoffs, *options.recall_cutoffs, *options.hit_rate_cutoffs}))
+
+
+def _add_hit_metrics(
+    values: dict[str, FloatArray],
+    hits_at: dict[int, FloatArray],
+    n_relevant: IntArray,
+    has_rel: npt.NDArray[np.bool_],
+    options: MetricOptions,
+) -> None:
+    """precision@k, recall@k and hit_rate@k from ``hits_at[k]``, the relevant items in each list's top k."""
+    nan = np.full(n_relevant.shape, np.nan)
+    for k in options.precision_cutoffs:
+        values[f"precision@{k}"] = np.where(has_rel, hits_at[k] / k, nan)
+    for k in options.recall_cutoffs:
+        values[f"recall@{k}"] = _ratio_or_nan(hits_at[k], n_relevant.astype(np.float64), has_rel)
+    for k in options.hit_rate_cutoffs:
+        values[f"hit_rate@{k}"] = np.where(has_rel, (hits_at[k] > 0).astype(np.float64), nan)
 
 
 def _per_request_metrics_2d(
@@ -165,15 +200,26 @@ def _per_request_metrics_2d(
             col = min(k, depth) - 1
             values[f"ndcg@{k}"] = _ratio_or_nan(dcg_upto[:, col], ideal_upto[:, col], has_rel)
 
+    hit_ks = _hit_cutoffs(options)
+    hits_upto: npt.NDArray[np.int64] | None = None
+    if options.map_cutoffs or hit_ks:
+        # Relevant items within the first j + 1 ranks, shared by MAP and precision/recall/hit rate.
+        hits_depth = min(width, max((*options.map_cutoffs, *hit_ks)))
+        hits_upto = np.cumsum(relevant[:, :hits_depth], axis=1, dtype=np.int64)
     if options.map_cutoffs:
+        assert hits_upto is not None
         depth = min(width, max(options.map_cutoffs))
         top = relevant[:, :depth]
-        hits_upto = np.cumsum(top, axis=1, dtype=np.int64)
-        precision_sum = np.cumsum(np.where(top, hits_upto / np.arange(1.0, depth + 1.0), 0.0), axis=1)
+        precision_sum = np.cumsum(np.where(top, hits_upto[:, :depth] / np.arange(1.0, depth + 1.0), 0.0), axis=1)
         for k in options.map_cutoffs:
             col = min(k, depth) - 1
             denom = n_relevant if options.map_normalization == "relevant" else np.minimum(n_relevant, k)
             values[f"map@{k}"] = _ratio_or_nan(precision_sum[:, col], denom.astype(np.float64), has_rel)
+    if hit_ks:
+        assert hits_upto is not None
+        last = hits_upto.shape[1]
+        hits_at = {k: hits_upto[:, min(k, last) - 1].astype(np.float64) for k in hit_ks}
+        _add_hit_metrics(values, hits_at, n_relevant, has_rel, options)
     return PerRequestMetrics(values=values, n_relevant=n_relevant, lengths=lengths.astype(np.int64))
 
 

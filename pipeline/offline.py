@@ -31,11 +31,15 @@ import numpy.typing as npt
 import pandas as pd
 
 from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_groups
+from rankwatch.pipeline.auc import ScoreHistogram
 from rankwatch.pipeline.clock import Clock
+from rankwatch.pipeline.drift import ScoreDistribution
+from rankwatch.pipeline.gauc import ScoreImage
 from rankwatch.pipeline.grouping import first_rows, order_by_request
 from rankwatch.pipeline.kernel import offsets_from_lengths, per_request_metrics
 from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.readers import (
+    USER_COLUMN,
     EvaluationSet,
     RequestLabels,
     read_evaluation_files,
@@ -80,6 +84,10 @@ class BaselineResult:
     def document(self) -> dict[str, Any]:
         """SPEC section 4's result document, plus ``skipped_rows`` and ``label_overflow``."""
         doc = result_document(self.overall, self.slices)
+        # issue 13: each slice's score distribution, the reference of the online score-drift statistics
+        bins = self.options.drift_bins
+        for entry, agg in zip([doc["overall"], *doc["slices"]], [self.overall, *(a for _, a in sorted(self.slices.items()))], strict=True):
+            entry["score_distribution"] = ScoreDistribution.from_histogram(agg.histogram, bins).to_dict()
         doc["skipped_rows"] = self.skipped_rows
         doc["label_overflow"] = dict(self.label_overflow)
         return doc
@@ -115,15 +123,36 @@ def compute_baseline(
     lengths = np.bincount(codes, minlength=evalset.n_requests)
     ranked_labels, ranked_scores = labels[ranked], scores[ranked]
     metrics = per_request_metrics(ranked_labels, offsets_from_lengths(lengths), options)
-    overall = aggregate_groups(
-        metrics, ranked_labels, ranked_scores, np.zeros(evalset.n_requests, np.int64), 1, options
-    )[0]
+    users = evalset.labels.get(USER_COLUMN)
+    gauc_keys = None if users is None else users.codes.copy()
+    if gauc_keys is not None and gauc_keys.size and gauc_keys.min() < 0:
+        # A request without a user is a group of its own, as online (pipeline.join.user_key).
+        missing = np.flatnonzero(gauc_keys < 0)
+        gauc_keys[missing] = len(users.values) + np.arange(missing.size)  # type: ignore[union-attr]
+    # GAUC runs twice on the same items (overall, per slice): transform and sort their scores once.
+    has_gauc = gauc_keys is not None or options.gauc_group == "request"
+    relevant = ranked_labels > 0
+    # The overall histogram sorts every score once; GAUC's score image reuses its distinct scores.
+    overall_hist = ScoreHistogram.from_pairs(ranked_scores, relevant)
+    image = ScoreImage.of(ranked_scores, relevant, evalset.n_requests, distinct=overall_hist.scores) if has_gauc else None
     slices: dict[SliceKey, RankingAggregate] = {}
     overflow: dict[str, int] = {}
     if slice_spec.by:
         group, keys, overflow = slice_groups(evalset, slice_spec)
-        aggs = aggregate_groups(metrics, ranked_labels, ranked_scores, group, len(keys), options)
+        aggs = aggregate_groups(
+            metrics, ranked_labels, ranked_scores, group, len(keys), options, gauc_keys=gauc_keys, score_image=image
+        )
         slices = dict(zip(keys, aggs, strict=True))
+    # Integer counts of the overall slice are the sums of the slices' (exact, and no pass over the items).
+    overall = aggregate_groups(
+        metrics, ranked_labels, ranked_scores, np.zeros(evalset.n_requests, np.int64), 1, options,
+        gauc_keys=gauc_keys, score_image=image, positions=not slices, histograms=[overall_hist],
+    )[0]  # fmt: skip
+    if slices:
+        parts = list(slices.values())
+        overall.positives = sum(a.positives for a in parts)
+        overall.ctr_shown = np.sum([a.ctr_shown for a in parts], axis=0)
+        overall.ctr_positive = np.sum([a.ctr_positive for a in parts], axis=0)
     return BaselineResult(
         overall=overall,
         slices=slices,
@@ -388,6 +417,11 @@ def _check_result(result: Any, options: MetricOptions, slice_by: tuple[str, ...]
                     isinstance(se, bool) or not isinstance(se, int | float) or not math.isfinite(se) or se < 0
                 ):
                     raise fail(f"{where}.stderr.{name} must be a non-negative number or null")
+        if "score_distribution" in entry:
+            try:
+                ScoreDistribution.from_dict(entry["score_distribution"])
+            except (TypeError, ValueError) as e:
+                raise fail(f"{where}.score_distribution: {e}") from None
         if where != "result.overall":
             for lbl in slice_by:
                 if not isinstance(entry.get(lbl), str):

@@ -1,7 +1,7 @@
 """Reading and validating offline evaluation sets (SPEC section 4, ``rankwatch offline``).
 
 An evaluation set has one row per shown item with the columns ``request_id, item_id, score, label`` and
-optionally ``position, segment, surface, variant, model``; it comes from CSV, JSONL (one JSON object per
+optionally ``position, segment, surface, variant, model, user_id``; it comes from CSV, JSONL (one JSON object per
 line) or Parquet files, optionally several. :func:`read_evaluation_files` reads them into one DataFrame
 and :func:`validate_evaluation_frame` checks every row, vectorised. A bad row fails the whole run with
 its file and 1-based data row number (the line number for JSONL), unless ``skip_invalid`` is set, in
@@ -38,7 +38,8 @@ from rankwatch.pipeline.slicing import SLICE_LABELS, UNKNOWN_VALUE
 
 IntArray = npt.NDArray[np.int64]
 REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "item_id", "score", "label")
-OPTIONAL_COLUMNS: tuple[str, ...] = ("position", *SLICE_LABELS)
+USER_COLUMN = "user_id"  # issue 13: optional, the GAUC group; a request has one user, like one slice
+OPTIONAL_COLUMNS: tuple[str, ...] = ("position", *SLICE_LABELS, USER_COLUMN)
 FORMATS: dict[str, str] = {
     ".csv": "csv", ".csv.gz": "csv", ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".ndjson": "jsonl",
     ".ndjson.gz": "jsonl", ".parquet": "parquet", ".pq": "parquet",
@@ -304,16 +305,16 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
     first = first_rows(codes)
     same_request = codes[1:] == codes[:-1]
     grouped = first.size == codes.size - int(np.count_nonzero(same_request))  # one run per request
-    for label_name in SLICE_LABELS:
+    for label_name in (*SLICE_LABELS, USER_COLUMN):
         if label_name not in frame.columns:
             continue
         column = frame[label_name].iloc[keep]
         if grouped and not np.any(differs_from_previous(column) & same_request):
             # Rows arrive grouped by request and every request is uniform: read the first rows only.
-            first_codes, values = _label_codes(column.iloc[first])
+            first_codes, values = (_user_codes if label_name == USER_COLUMN else _label_codes)(column.iloc[first])
             labels[label_name] = RequestLabels(first_codes, values)
             continue
-        value_codes, values = _label_codes(frame[label_name])
+        value_codes, values = (_user_codes if label_name == USER_COLUMN else _label_codes)(frame[label_name])
         per_row = value_codes[keep]
         differs = per_row != per_row[first][codes]
         _check_subset(
@@ -427,6 +428,13 @@ def _label_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:
     text = [str(u).strip() or UNKNOWN_VALUE for u in uniques] + [UNKNOWN_VALUE]
     norm_codes, norm_uniques = pd.factorize(pd.Series(text, dtype=object))
     return norm_codes.astype(np.int64)[codes], tuple(str(u) for u in norm_uniques)
+
+
+def _user_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:
+    """Codes of the ``user_id`` column (issue 13), without the label path's per-value normalisation;
+    ``-1`` where the user is missing (``pipeline.offline`` makes each such request a GAUC group of its own)."""
+    codes, uniques = pd.factorize(column)
+    return codes.astype(np.int64), tuple(np.asarray(uniques, dtype=object).astype(str).tolist())
 
 
 def _numbers(column: pd.Series) -> npt.NDArray[np.float64]:

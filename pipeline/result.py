@@ -22,5 +22,5 @@ def result_document(overall: RankingAggregate, slices: dict[SliceKey, RankingAgg
 
 
 def entry(agg: RankingAggregate) -> dict[str, Any]:
-    """One entry of the document: counts, metric values and their ``"stderr"`` block."""
-    return {**agg.values(), "stderr": agg.stderrs()}
+    """One entry of the document: counts, metric values, click-through by rank and the ``"stderr"`` block."""
+    return {**agg.values(), **agg.position_values(), "stderr": agg.stderrs()}

@@ -403,7 +403,8 @@ class StreamProcessor:
             keys = np.stack([*starts, batch.combo], axis=1)
             uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
         parts = aggregate_lists(
-            batch.labels, batch.scores, batch.offsets, inverse.reshape(-1), len(uniq), self.config.metric_options
+            batch.labels, batch.scores, batch.offsets, inverse.reshape(-1), len(uniq), self.config.metric_options,
+            gauc_keys=batch.users, gauc_open=True,  # issue 13: a user's requests span batches
         )
         # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
         # of float additions into the overall accumulators must not.

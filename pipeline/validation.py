@@ -84,6 +84,7 @@ class _WireImpression(msgspec.Struct, gc=False):
     surface: _Label | None = None
     variant: _Label | None = None
     model: _Label | None = None
+    user_id: _Label | None = None  # issue 13: the GAUC group
 
 
 class _WireFeedback(msgspec.Struct, gc=False):
@@ -120,7 +121,7 @@ def _path_reason(message: str) -> RejectReason:
         return RejectReason.bad_grade
     if field in ("event_id", "request_id", "item_id"):
         return RejectReason.bad_id
-    if field in ("segment", "surface", "variant", "model"):
+    if field in ("segment", "surface", "variant", "model", "user_id"):
         return RejectReason.bad_label
     return RejectReason.bad_type
 
@@ -236,7 +237,7 @@ def impression_or_rejection(raw: bytes, max_event_bytes: int, max_items: int) ->
     return Impression(
         wire.event_id, wire.request_id, ts, item_ids, positions, scores,
         wire.segment or "unknown", wire.surface or "unknown", wire.variant or "unknown", wire.model or "unknown",
-        item_form,
+        item_form, wire.user_id or "",
     )
 
 

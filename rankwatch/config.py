@@ -34,7 +34,10 @@ SCHEMA: dict[str, frozenset[str] | None] = {
     "windows": frozenset({"sizes", "attribution", "allowed_disorder", "idle_timeout", "finalize_step"}),
     "slices": frozenset({"by", "max_values_per_label"}),
     "metrics": frozenset({"ndcg_cutoffs", "map_cutoffs", "gain", "map_normalization", "no_relevant",
-                         "max_distinct_scores"}),
+                         "max_distinct_scores",
+                         # issue 13
+                         "precision_cutoffs", "recall_cutoffs", "hit_rate_cutoffs", "gauc_group", "gauc_weight",
+                         "gauc_max_items", "ctr_ranks", "drift_bins"}),
     "limits": frozenset({"max_pending_requests", "max_items_per_request", "max_event_bytes", "dedupe_capacity",
                         "max_pending_feedback", "finalized_memory"}),
     "actions": None,
@@ -267,9 +270,16 @@ def _stream(r: dict[str, _Reader], where: str) -> StreamConfig:
             map_normalization=m.get("map_normalization", str, "relevant"),  # type: ignore[arg-type]
             no_relevant=m.get("no_relevant", str, "skip"),  # type: ignore[arg-type]
             max_distinct_scores=m.positive_int("max_distinct_scores", 200_000),
+            precision_cutoffs=m.ints("precision_cutoffs", (5, 10)), recall_cutoffs=m.ints("recall_cutoffs", (10,)),
+            hit_rate_cutoffs=m.ints("hit_rate_cutoffs", (10,)),
+            gauc_group=m.get("gauc_group", str, "user"),  # type: ignore[arg-type]
+            gauc_weight=m.get("gauc_weight", str, "impressions"),  # type: ignore[arg-type]
+            gauc_max_items=m.positive_int("gauc_max_items", 500_000),
+            ctr_ranks=m.positive_int("ctr_ranks", 10), drift_bins=m.positive_int("drift_bins", 20),
         )
     except ValueError as e:
-        key = next((k for k in ("gain", "map_normalization", "no_relevant", "max_distinct_scores") if k in str(e)), "gain")
+        keys = ("gain", "map_normalization", "no_relevant", "max_distinct_scores", "gauc_group", "gauc_weight")
+        key = next((k for k in keys if k in str(e)), "gain")
         raise m.fail(key, str(e)) from None
     disorder = w.get("allowed_disorder", str, 60_000, lambda v: 0 if v.strip() in ("0", "0s", "0ms") else parse_duration_ms(v))
     return StreamConfig(

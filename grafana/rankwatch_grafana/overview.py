@@ -36,6 +36,7 @@ from rankwatch_grafana.common import (
     timeseries_panel,
     window_variable,
 )
+from rankwatch_grafana.overview_ranking import ranking_panels
 
 UID = "rankwatch-overview"
 
@@ -222,6 +223,7 @@ def overview_dashboard() -> dashboard.Dashboard:
         )
     )
 
+    board = ranking_panels(board, ids)  # issue 13
     return _pipeline_health(board, ids)
 
 

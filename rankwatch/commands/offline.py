@@ -47,6 +47,13 @@ def _cutoffs(value: str | None, option: str) -> tuple[int, ...] | None:
               help="Cut-offs for both NDCG@k and MAP@k (default NDCG@5,10 and MAP@10).")
 @click.option("--ndcg-k", default=None, metavar="K[,K...]", help="NDCG cut-offs (overrides --k).")
 @click.option("--map-k", default=None, metavar="K[,K...]", help="MAP cut-offs (overrides --k).")
+@click.option("--precision-k", default="5,10", show_default=True, metavar="K[,K...]", help="precision@k cut-offs.")
+@click.option("--recall-k", default="10", show_default=True, metavar="K[,K...]", help="recall@k cut-offs.")
+@click.option("--hit-rate-k", default="10", show_default=True, metavar="K[,K...]", help="hit_rate@k cut-offs.")
+@click.option("--gauc-group", type=click.Choice(["user", "request"]), default="user", show_default=True,
+              help="GAUC groups: users (needs a user_id column) or requests.")
+@click.option("--gauc-weight", type=click.Choice(["impressions", "clicks"]), default="impressions", show_default=True,
+              help="GAUC weight of a group: its shown items or its relevant items.")
 @click.option("--gain", type=click.Choice(["exponential", "linear"]), default="exponential", show_default=True,
               help="NDCG gain: 2^rel - 1 or rel.")
 @click.option("--map-norm", type=click.Choice(["relevant", "min-relevant-k"]), default="relevant",
@@ -60,13 +67,14 @@ def _cutoffs(value: str | None, option: str) -> tuple[int, ...] | None:
 @click.option("--skip-invalid", is_flag=True, help="Skip and count invalid rows instead of failing.")
 def command(
     inputs: tuple[str, ...], fmt: str, output: str | None, k: str | None, ndcg_k: str | None,
-    map_k: str | None, gain: str, map_norm: str, no_relevant: str, by: str, max_label_values: int,
-    skip_invalid: bool,
+    map_k: str | None, precision_k: str, recall_k: str, hit_rate_k: str, gauc_group: str, gauc_weight: str,
+    gain: str, map_norm: str, no_relevant: str, by: str, max_label_values: int, skip_invalid: bool,
 ) -> None:  # fmt: skip
-    """Compute MRR, NDCG@k, MAP@k, AUC-ROC and AUC-PR per slice of an evaluation set.
+    """Compute MRR, NDCG@k, MAP@k, precision/recall/hit rate@k, AUC-ROC, AUC-PR, GAUC, the positive rate
+    and click-through by position per slice of an evaluation set.
 
     INPUT files are CSV, JSONL or Parquet with one row per shown item: request_id, item_id, score, label
-    and optionally position, segment, surface, variant, model.
+    and optionally position, segment, surface, variant, model, user_id (for GAUC by user).
     """
     from rankwatch.pipeline.offline import compute_baseline, write_baseline
     from rankwatch.pipeline.options import MetricOptions
@@ -81,6 +89,11 @@ def command(
             gain=gain,  # type: ignore[arg-type]
             map_normalization=map_norm.replace("-", "_"),  # type: ignore[arg-type]
             no_relevant=no_relevant,  # type: ignore[arg-type]
+            precision_cutoffs=_cutoffs(precision_k, "--precision-k") or (),
+            recall_cutoffs=_cutoffs(recall_k, "--recall-k") or (),
+            hit_rate_cutoffs=_cutoffs(hit_rate_k, "--hit-rate-k") or (),
+            gauc_group=gauc_group,  # type: ignore[arg-type]
+            gauc_weight=gauc_weight,  # type: ignore[arg-type]
         )
         labels = tuple(dict.fromkeys(p.strip() for p in by.split(",") if p.strip()))
         slice_spec = SliceSpec(by=labels, max_values_per_label=max_label_values)
@@ -100,6 +113,8 @@ def command(
             raise RankwatchError(f"cannot write {output}: {e.strerror or e}") from None
     if fmt == "json":
         click.echo(json.dumps(result.document(), indent=2, allow_nan=False))
+        if not result.overall.gauc.available:
+            click.echo("rankwatch: note: GAUC by user is null: the input has no user_id column", err=True)
     else:
         _print_table(result, output)
 
@@ -146,6 +161,8 @@ def _print_table(result: BaselineResult, output: str | None) -> None:
         notes.append(f"skipped {result.skipped_rows:,} invalid rows ({reasons})")
     for lbl, n in sorted(result.label_overflow.items()):
         notes.append(f"{n:,} requests folded into {lbl}=__other__ (cap {result.slice_spec.max_values_per_label})")
+    if result.overall.gauc.available is False:
+        notes.append("GAUC by user is null: the input has no user_id column (or use --gauc-group request)")
     if output:
         notes.append(f"baseline written to {output}")
     notes.append("metric cells: value ± 1.96 standard errors (a 95 % interval; '-' where undefined)")

@@ -247,10 +247,11 @@ def _print_table(doc: dict[str, Any]) -> None:
         labels = {k: v for k, v in s.items() if k in ("segment", "surface", "variant", "model")}
         rows.append({"slice": " ".join(f"{k}={v}" for k, v in labels.items()),
                      **{k: v for k, v in s.items() if k not in labels}})
-    columns = list(rows[0])
+    # Lists (click-through by rank) and the GAUC group counts are in --format json; the table keeps scalars.
+    columns = [c for c in rows[0] if not isinstance(rows[0][c], list) and not c.startswith("gauc_")]
     table = Table(show_header=True)
     for c in columns:
-        table.add_column(c, justify="left" if c == "slice" else "right")
+        table.add_column(c, justify="left" if c == "slice" else "right", no_wrap=c == "slice")
     for r in rows:
         table.add_row(*(_cell(r.get(c)) for c in columns))
     Console(width=200).print(table)

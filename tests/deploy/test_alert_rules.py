@@ -76,6 +76,8 @@ def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
         "rankwatch:alert_confidence_level:constant",
         "rankwatch:alert_confidence_z:constant",
         "rankwatch:interval_z:constant",
+        "rankwatch:alert_score_psi:constant",  # issue 13
+        "rankwatch:alert_score_min_items:constant",
     }
     assert all(re.fullmatch(r"vector\([0-9.]+\)", e) for e in constants.values())
     level = float(constants["rankwatch:alert_confidence_level:constant"][7:-1])
@@ -94,6 +96,10 @@ def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
     for name in ("RankwatchQualityBelowBaseline", "RankwatchAUCDrop"):  # evidence: significant and material
         assert "scalar(rankwatch:alert_confidence_z:constant)" in by_name[name], name
         assert "rankwatch_ranking_quality_drift:stderr" in by_name[name], name
+    score = by_name["RankwatchScoreDistributionShift"]  # issue 13: both constants, no bare threshold
+    assert "scalar(rankwatch:alert_score_psi:constant)" in score
+    assert "scalar(rankwatch:alert_score_min_items:constant)" in score
+    assert set(re.findall(r"(?<![\w:.@])\d+(?:\.\d+)?(?![\w.])", score.replace('"5m"', ""))) == set()
 
 
 def test_every_recording_rule_follows_level_metric_operations() -> None:

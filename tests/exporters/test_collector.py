@@ -28,10 +28,11 @@ from rankwatch.exporters.http import MetricsServer
 from rankwatch.exporters.state import MetricsState
 from rankwatch.pipeline.aggregates import RankingAggregate
 from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import SliceKey
 
-METRICS = ("mrr", "ndcg@5", "ndcg@10", "map@10", "auc_roc", "auc_pr")
+METRICS = MetricOptions().metric_names  # issue 13 added P/R/hit rate, GAUC, positive rate
 SEGMENTS = ("new_user", "returning", "power")
 SURFACES = ("home_feed", "search")
 

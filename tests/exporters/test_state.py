@@ -38,7 +38,13 @@ def test_cardinality_attack_is_bounded_and_counted() -> None:
     }
     # cap admitted values, "__other__", and "all" (overall and the surface roll-up).
     assert len(segments) == cap + 2 and "__other__" in segments
-    assert len(series) < 5_000  # ~25 series per label set (values, SEs, window statistics), bounded
+    label_sets = len(select(series, "rankwatch_ranking_requests"))  # one per (label set, source, window)
+    assert label_sets <= 2 * (cap + 3)  # admitted values, __other__, overall, the surface roll-up
+    # quality and its SE, requests, the cumulative summary (_sum, _count) and finalized counter, the window
+    # statistics (n, sum, sum of squares per per-request metric), ctr by rank, drift
+    per_label_set = (2 * len(OPTIONS.metric_names) + 1 + 2 * len(OPTIONS.rank_metric_names) + 1
+                     + 3 * len(OPTIONS.rank_metric_names) + OPTIONS.ctr_ranks + 3)
+    assert len(series) < label_sets * per_label_set + 100  # + health families
     assert state.snapshot().exporter_overflow == {"segment": n - cap}
     other = [
         v

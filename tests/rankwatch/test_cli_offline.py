@@ -29,8 +29,11 @@ def test_json_is_the_result_document(capsys) -> None:
     expected = compute_baseline(pd.read_csv(EXAMPLE)).document()
     assert doc == json.loads(json.dumps(expected))
     assert list(doc["overall"]) == ["requests", "requests_with_relevant", "items", "mrr", "ndcg@5", "ndcg@10",
-                                    "map@10", "auc_roc", "auc_pr", "stderr"]  # fmt: skip
-    assert list(doc["overall"]["stderr"]) == ["mrr", "ndcg@5", "ndcg@10", "map@10", "auc_roc", "auc_pr"]
+                                    "map@10", "precision@5", "precision@10", "recall@10", "hit_rate@10",
+                                    "auc_roc", "auc_pr", "gauc", "gauc_groups", "gauc_groups_excluded", "gauc_items_dropped",
+                                    "positive_rate", "positives", "position_ctr", "position_shown", "stderr", "score_distribution"]  # fmt: skip
+    assert list(doc["overall"]["stderr"]) == ["mrr", "ndcg@5", "ndcg@10", "map@10", "precision@5", "precision@10",
+                                              "recall@10", "hit_rate@10", "auc_roc", "auc_pr"]
     assert {(s["segment"], s["surface"]) for s in doc["slices"]} == {
         (seg, surf) for seg in ("new_user", "returning", "power_user") for surf in ("home_feed", "search")
     }

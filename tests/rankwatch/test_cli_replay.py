@@ -28,8 +28,9 @@ def oracle(rows: pd.DataFrame, by: tuple[str, ...], options: MetricOptions) -> d
 
     def agg(frame: pd.DataFrame) -> RankingAggregate:
         sizes = frame.groupby("request_id", sort=False).size().to_numpy()
+        users = pd.factorize(frame.groupby("request_id", sort=False)["user_id"].first())[0]  # GAUC by user
         return RankingAggregate.from_lists(frame.label.to_numpy(float), frame.score.to_numpy(float),
-                                           np.concatenate(([0], np.cumsum(sizes))), options)
+                                           np.concatenate(([0], np.cumsum(sizes))), options, gauc_keys=users)
 
     slices = {}
     for key, frame in rows.groupby(list(by), sort=True):
@@ -141,3 +142,23 @@ def test_corrupt_gzip_is_one_line(tmp_path: Path, capsys):
     rc = main(["replay", "--impressions", str(f)])
     err = capsys.readouterr().err
     assert rc != 0 and "cannot read" in err and len(err.strip().splitlines()) == 1
+
+
+def test_replay_equals_offline_for_the_issue_13_metrics(logs, capsys):
+    """P/R/hit rate, GAUC by user, positive rate and click-through by rank: replay == offline on the joined rows."""
+    from rankwatch.pipeline.offline import compute_baseline
+
+    d, truth, _ = logs
+    rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-1.jsonl.gz"),
+               "--clicks", str(d / "clicks-2.jsonl"), "--format", "json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    got = json.loads(out.out)
+    want = compute_baseline(truth.drop(columns=["request_ts"])).document()
+    keys = [*MetricOptions().rank_metric_names[4:], "gauc", "gauc_groups", "gauc_groups_excluded", "positive_rate",
+            "positives", "position_ctr", "position_shown"]
+    pairs = [(got["overall"], want["overall"]), *zip(got["slices"], want["slices"], strict=True)]
+    assert want["overall"]["gauc"] is not None and want["overall"]["gauc_groups"] > 100
+    for g, w in pairs:
+        for k in keys:
+            assert g[k] == (pytest.approx(w[k], abs=1e-12) if isinstance(w[k], float | list) else w[k]), k
