@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 
 CHUNK_BYTES = 512 * 1024
 METADATA_PREFIX = "rankwatch-ckpt:"
@@ -139,8 +140,8 @@ class CheckpointStore:
         deadline = time.monotonic() + self.read_timeout_s
         position = ref.offset
         while position < end:
-            if time.monotonic() > deadline:
-                raise CheckpointError(f"timed out reading checkpoint {ref.checkpoint_id} of pair {pair}")
+            if time.monotonic() > deadline:  # retriable: the broker is slow or away, the data may be there
+                raise KafkaTimeoutError(f"timed out reading checkpoint {ref.checkpoint_id} of pair {pair}")
             batch = consumer.poll(timeout_ms=500, max_records=500)
             for record in batch.get(tp, []):
                 position = record.offset + 1
