@@ -36,7 +36,7 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from rankwatch.consumers.alignment import PartitionPair
-from rankwatch.consumers.checkpoints import CheckpointRef, CheckpointStore
+from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, CheckpointStore
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.fetch_compat import release_parked
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
@@ -222,7 +222,9 @@ class ConsumerService:
             self._tick_idle()
             last["tick"] = now
         if now - last["checkpoint"] >= k.checkpoint_interval_s and not out.active:
-            self.checkpoint(p for p, pair in list(self._pairs.items()) if pair.fed_since_checkpoint)
+            # A write waits at most max(10 s, session timeout): an outage mid-write is noticed by then.
+            self.checkpoint((p for p, pair in list(self._pairs.items()) if pair.fed_since_checkpoint),
+                            timeout_s=max(10.0, k.session_timeout_s))
             last["checkpoint"] = time.monotonic()
         if out.active or now - out.last_contact >= 2 * k.tick_interval_s + 1.0:
             self._probe()
@@ -402,8 +404,12 @@ class ConsumerService:
                     continue  # nothing fed yet from a partition whose start is unknown: nothing to save
                 snapshot = pair.processor.snapshot()
                 fed = pair.fed_since_checkpoint
-            ok, ref = self._step("checkpoint write", store.write, p, snapshot, impressions_offset=imp_off,
-                                 clicks_offset=clk_off, previous=pair.checkpoint, timeout_s=timeout_s)
+            try:
+                ok, ref = self._step("checkpoint write", store.write, p, snapshot, impressions_offset=imp_off,
+                                     clicks_offset=clk_off, previous=pair.checkpoint, timeout_s=timeout_s,
+                                     abort=self._stop.is_set if not in_listener else (lambda: False))
+            except CheckpointAborted:  # SIGTERM mid-write: the final checkpoint tries again, bounded
+                ok, ref = False, None
             if not ok or ref is None:  # keep running, try again next interval
                 self._checkpoint_failures += 1
                 break
@@ -498,7 +504,7 @@ class ConsumerService:
             closers: list[tuple[str, Any]] = [
                 ("consumer", consumer and (lambda: consumer.close(autocommit=False, timeout_ms=int(left() * 1000)))),
                 ("checkpoint reader", store and store.close),
-                ("producer", producer and (lambda: producer.close(timeout=left()))),
+                ("producer", producer and (lambda: _close_producer(producer, left()))),
             ]
             for what, close in closers:
                 if not close:
@@ -510,3 +516,25 @@ class ConsumerService:
                         raise
                     log.warning("closing the %s: %s", what, one_line(e))
             self._consumer = self._producer = None
+
+
+def _close_producer(producer: KafkaProducer, timeout_s: float) -> None:
+    """``producer.close`` bounded by ``timeout_s`` even when the broker is away.
+
+    kafka-python's ``close(timeout)`` raises from its flush before force-closing, and leaves the producer
+    open (its ``__del__`` then tries again at exit, with a traceback). Unsent records at exit are only
+    dead letters and tombstones of uncommitted work (the next owner produces them again).
+    """
+    try:
+        producer.flush(timeout=timeout_s)
+    except KafkaError as e:
+        log.warning("closing the producer: %s; unsent records dropped", one_line(e))
+        sender = getattr(producer, "_sender", None)
+        if sender is not None:
+            sender.force_close()
+            sender.join(2.0)
+    try:
+        producer.close(timeout=1.0)
+    except KafkaError:
+        producer._closed = True  # type: ignore[attr-defined]  # nothing left to send; no retry in __del__
+
