@@ -115,6 +115,10 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         """Safety net: an assigned pair the listener never set up (not owned, not queued) is queued now."""
         consumer = self.svc._consumer
         assert consumer is not None
+        coordinator = getattr(consumer, "_coordinator", None)
+        stable = getattr(coordinator, "stable", None)
+        if self.svc._outage.active or (callable(stable) and not stable()) or getattr(coordinator, "rejoin_needed", False):
+            return  # mid-rebalance the old assignment is still listed: only a settled group says anything
         with self.svc._lock:
             known = set(self.svc._pairs) | set(self.restoring)
         assigned = [tp for tp in consumer.assignment() if tp.partition not in known]

@@ -37,13 +37,14 @@ from kafka.structs import OffsetAndMetadata
 
 from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, CheckpointStore
+from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.fetch_compat import release_parked
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
 from rankwatch.consumers.rebalance import Rebalancer
 from rankwatch.consumers.settings import KafkaSettings
 from rankwatch.consumers.stats import merge_stats
-from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, check_copartitioned, ensure_topic
+from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, TopicError, check_copartitioned, ensure_topic
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream import StreamConfig, StreamStats
@@ -150,7 +151,29 @@ class ConsumerService:
         return self._outage
 
     def start(self) -> None:
-        """Check the topics and open the clients (errors here are one-line ``RankwatchError`` s)."""
+        """Check the topics and open the clients (errors here are one-line ``RankwatchError`` s).
+
+        A broker unreachable at start is an outage like any other: logged once, retried with the backoff
+        until it answers or :meth:`stop` is called (then :meth:`run` returns at once). Bad topics
+        (``TopicError``) and fatal errors end it.
+        """
+        while not self._stop.is_set():
+            try:
+                self._open()
+                self._outage.succeeded()
+                return
+            except TopicError:
+                raise
+            except Exception as e:
+                self._close_clients(0.5)
+                if is_fatal(e):
+                    raise e if isinstance(e, FatalKafkaError) else FatalKafkaError(f"Kafka refused start: {one_line(e)}") from None
+                if not is_retriable(e):
+                    raise
+                self._outage.failed("start", e)
+                self._stop.wait(self._outage.backoff())
+
+    def _open(self) -> None:
         k = self.kafka
         client = k.client_kwargs()
         self.partitions = check_copartitioned(client, k.impressions_topic, k.clicks_topic)
@@ -180,6 +203,8 @@ class ConsumerService:
         """
         if self._consumer is None:
             self.start()
+        if self._consumer is None:
+            return  # stopped before Kafka ever answered
         now = time.monotonic()
         self._last = {"checkpoint": now, "tick": now, "health": now, "adopt": now, "topics": now}
         try:
@@ -481,7 +506,7 @@ class ConsumerService:
 
     def _shutdown(self) -> None:
         """Final checkpoint and commit, then close; bounded by ``shutdown_timeout_s`` even in an outage."""
-        consumer, producer = self._consumer, self._producer
+        consumer = self._consumer
         deadline = time.monotonic() + self.kafka.shutdown_timeout_s
 
         def left() -> float:
@@ -500,41 +525,9 @@ class ConsumerService:
             with self._lock:
                 self._pairs.clear()  # close() revokes: nothing left to checkpoint twice
                 self._rebalancer.restoring.clear()
-            store = self._store
-            closers: list[tuple[str, Any]] = [
-                ("consumer", consumer and (lambda: consumer.close(autocommit=False, timeout_ms=int(left() * 1000)))),
-                ("checkpoint reader", store and store.close),
-                ("producer", producer and (lambda: _close_producer(producer, left()))),
-            ]
-            for what, close in closers:
-                if not close:
-                    continue
-                try:
-                    close()
-                except Exception as e:  # noqa: BLE001 - closing is best effort: the state is committed or not
-                    if is_fatal(e) or not (is_retriable(e) or isinstance(e, KafkaError)):
-                        raise
-                    log.warning("closing the %s: %s", what, one_line(e))
-            self._consumer = self._producer = None
+            self._close_clients(1.0 if self._outage.active else left())
 
-
-def _close_producer(producer: KafkaProducer, timeout_s: float) -> None:
-    """``producer.close`` bounded by ``timeout_s`` even when the broker is away.
-
-    kafka-python's ``close(timeout)`` raises from its flush before force-closing, and leaves the producer
-    open (its ``__del__`` then tries again at exit, with a traceback). Unsent records at exit are only
-    dead letters and tombstones of uncommitted work (the next owner produces them again).
-    """
-    try:
-        producer.flush(timeout=timeout_s)
-    except KafkaError as e:
-        log.warning("closing the producer: %s; unsent records dropped", one_line(e))
-        sender = getattr(producer, "_sender", None)
-        if sender is not None:
-            sender.force_close()
-            sender.join(2.0)
-    try:
-        producer.close(timeout=1.0)
-    except KafkaError:
-        producer._closed = True  # type: ignore[attr-defined]  # nothing left to send; no retry in __del__
-
+    def _close_clients(self, timeout_s: float) -> None:
+        close_clients(self._consumer, self._store, self._producer, timeout_s)
+        self._consumer = self._producer = None
+        self._store = None

@@ -5,7 +5,8 @@ group rebalances (one of two instances SIGKILLed and restarted, the broker stopp
 the group still waits for the dead member), while checkpoints are written under traffic, and sends
 SIGTERM in the middle of an outage. The oracle is the one of test_service_kafka.py: the windows equal the
 offline truth, every instance exits 0 on SIGTERM, and each outage is logged once. CI runs one round of
-each; ``RANKWATCH_SLOW=1`` (or ``-m slow``) runs the 5-round loops, which stop at the first failure.
+each (joining, checkpointing and SIGTERM share one run, three broker stops); ``RANKWATCH_SLOW=1`` (or
+``-m slow``) runs 5-round loops of each scenario alone, which stop at the first failure.
 """
 
 from __future__ import annotations
@@ -131,22 +132,72 @@ def _sigterm_mid_outage(broker: Broker, prefix: str, tmp: Path, *, seed: int) ->
     assert _assert_one_line_per_outage(log) >= 1
 
 
-@pytest.mark.parametrize("when", ["join", "rebalance", "checkpoint"])
-def test_broker_stopped_while(when: str, kafka_broker: Broker, unique: str, tmp_path: Path) -> None:
-    _need_own_broker(kafka_broker)
-    _scenario(kafka_broker, unique, tmp_path, seed=101, when=when)
+def _join_checkpoint_sigterm(broker: Broker, prefix: str, tmp: Path, *, seed: int) -> None:
+    """CI's round: the broker stopped while the instance joins, again while it checkpoints under traffic,
+    and a third time followed by SIGTERM mid-outage; a new instance finishes. Windows equal the truth."""
+    rng = random.Random(seed)
+    events, rows = generate_with_truth(_traffic(seed, minutes=4, rate=12))
+    cuts = [len(events) // 3, 2 * len(events) // 3]
+    _create(broker.bootstrap, prefix, 2)
+    want = expected_windows(rows, windows=WINDOWS, partitions=2)
+    config = write_config(tmp / "run.toml", bootstrap=broker.bootstrap, prefix=prefix, checkpoint_interval="300ms",
+                          kafka_extra='shutdown_timeout = "10s"')
+    log, outs = tmp / "run.log", [tmp / "a.jsonl", tmp / "b.jsonl"]
+    _produce(broker.bootstrap, prefix, events[:cuts[0]], close=False, partitions=2)
+    proc = start_run(config, outs[0], log)
+    try:
+        time.sleep(rng.uniform(0.3, 2.0))  # 1: while joining
+        broker.stop()
+        time.sleep(rng.uniform(0.5, 2.0))
+        broker.start()
+        wait_consuming(log, 0, procs=(proc,), timeout=90)
+        _produce(broker.bootstrap, prefix, events[cuts[0]:cuts[1]], close=False, partitions=2)
+        time.sleep(rng.uniform(0.0, 1.0))  # 2: while it consumes and checkpoints every 300 ms
+        broker.stop()
+        time.sleep(rng.uniform(0.5, 2.0))
+        broker.start()
+        wait_for(lambda: log.read_text(errors="replace").count(BACK) >= 2, timeout=90, what="the second outage over",
+                 procs=(proc,))
+        broker.stop()  # 3: SIGTERM mid-outage
+        wait_for(lambda: log.read_text(errors="replace").count(UNREACHABLE) >= 3, timeout=30,
+                 what="the third outage logged", procs=(proc,))
+        # Bound: shutdown_timeout (10 s) plus the backstop's 10 s; a hang fails here.
+        assert stop_run(proc, timeout=25) == 0, log.read_text()[-3000:]
+    finally:
+        if broker.port is not None:
+            broker.start()
+    before = consuming_count(log)
+    proc = start_run(config, outs[1], log)
+    try:
+        wait_consuming(log, before, procs=(proc,))
+        _produce(broker.bootstrap, prefix, events[cuts[1]:], close=True, partitions=2)
+        wait_for(lambda: set(want) <= set(_windows_by_identity(*outs)), timeout=120, what="all windows", procs=(proc,))
+    finally:
+        assert stop_run(proc) == 0, log.read_text()[-3000:]
+    _assert_matches(_windows_by_identity(*outs), want)
+    assert _assert_one_line_per_outage(log) >= 3
 
 
-def test_sigterm_mid_outage_exits_0_and_loses_nothing(kafka_broker: Broker, unique: str, tmp_path: Path) -> None:
+def test_broker_stopped_while_joining_while_checkpointing_and_at_sigterm(
+    kafka_broker: Broker, unique: str, tmp_path: Path,
+) -> None:
     _need_own_broker(kafka_broker)
-    _sigterm_mid_outage(kafka_broker, unique, tmp_path, seed=7)
+    _join_checkpoint_sigterm(kafka_broker, unique, tmp_path, seed=101)
+
+
+def test_broker_stopped_while_the_group_rebalances(kafka_broker: Broker, unique: str, tmp_path: Path) -> None:
+    _need_own_broker(kafka_broker)
+    _scenario(kafka_broker, unique, tmp_path, seed=102, when="rebalance")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("when", ["join", "rebalance", "checkpoint"])
-def test_broker_stopped_while_5_rounds(when: str, kafka_broker: Broker, unique: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["join", "rebalance", "checkpoint", "sigterm"])
+def test_broker_stopped_5_rounds(when: str, kafka_broker: Broker, unique: str, tmp_path: Path) -> None:
     _need_own_broker(kafka_broker)
     for i in range(5):
         d = tmp_path / f"round{i}"
         d.mkdir()
-        _scenario(kafka_broker, f"{unique}r{i}", d, seed=200 + i, when=when)
+        if when == "sigterm":
+            _sigterm_mid_outage(kafka_broker, f"{unique}r{i}", d, seed=300 + i)
+        else:
+            _scenario(kafka_broker, f"{unique}r{i}", d, seed=200 + i, when=when)
