@@ -109,6 +109,11 @@ class KafkaOutage:
                 log.warning("Kafka unreachable (%s: %s); retrying with backoff up to %.0f s",
                             step, one_line(exc), self.backoff_max_s)
 
+    def group_event(self) -> None:
+        """A step refused by the group (e.g. a commit during a rebalance): back off, but no outage."""
+        with self._lock:
+            self._failures += 1
+
     def succeeded(self) -> None:
         """A step reached the broker: an outage in progress ends (one log line)."""
         with self._lock:

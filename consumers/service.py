@@ -269,6 +269,7 @@ class ConsumerService:
             return self._outage.attempt(step, fn, *args, **kwargs)
         except KafkaError as e:
             log.warning("%s failed: %s", step, one_line(e))
+            self._outage.group_event()  # a repeated refusal must not spin the loop
             return False, None
 
     def _probe(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from typing import Any
 
 import pytest
@@ -145,3 +146,41 @@ def test_outage_figures_are_exported() -> None:
     state.set_kafka_outage(False, 20.0)
     text = generate_latest(build_registry(state)).decode()
     assert "rankwatch_kafka_outage 0.0" in text and "rankwatch_kafka_outage_seconds_total 20.0" in text
+
+
+class TopicsConsumer:
+    def __init__(self, counts: dict[str, int | None]) -> None:
+        self.counts = counts
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        n = self.counts.get(topic)
+        return None if n is None else set(range(n))
+
+
+def _service(counts: dict[str, int | None]) -> Any:
+    from rankwatch.consumers.service import ConsumerService
+    from rankwatch.consumers.settings import KafkaSettings
+
+    svc = ConsumerService(KafkaSettings(impressions_topic="imp", clicks_topic="clk"), StreamConfig(windows=("1m",)),
+                          on_window=lambda w: None, clock=None)  # type: ignore[arg-type]
+    svc._consumer = TopicsConsumer(counts)  # type: ignore[assignment]
+    return svc
+
+
+@pytest.mark.parametrize(("counts", "message"), [
+    ({"imp": 4, "clk": None}, "topic clk does not exist any more"),
+    ({"imp": 4, "clk": 8}, "no longer co-partitioned (4 and 8 partitions)"),
+])
+def test_a_topic_gone_or_a_co_partitioning_break_is_fatal_after_60_s(counts: dict[str, int | None], message: str) -> None:
+    svc = _service(counts)
+    svc._check_topics(0.0)
+    svc._check_topics(59.0)  # a moment (an admin adding partitions to both topics one after the other)
+    with pytest.raises(FatalKafkaError, match=re.escape(message)):
+        svc._check_topics(60.0)
+    svc = _service(counts)
+    svc._outage.failed("poll", TimeoutError())  # an unreachable cluster's metadata says nothing
+    svc._check_topics(0.0)
+    svc._check_topics(100.0)
+    svc = _service({"imp": 4, "clk": 4})
+    for t in (0.0, 60.0, 120.0):
+        svc._check_topics(t)
