@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from kafka import errors as kerr
 
-from rankwatch.errors import RankwatchError
+from rankwatch.pipeline.errors import RankwatchError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -18,7 +18,7 @@ not the session timeout.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka import TopicPartition
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
@@ -29,9 +29,6 @@ from rankwatch.consumers.checkpoints import CheckpointError, CheckpointRef
 from rankwatch.consumers.outage import FatalKafkaError, is_fatal, is_retriable, one_line
 from rankwatch.pipeline.stream import StreamProcessor
 
-if TYPE_CHECKING:
-    from rankwatch.consumers.service import ConsumerService
-
 log = logging.getLogger("rankwatch.consumers.service")
 
 CONSUMING = "consuming partition pairs %s"
@@ -40,8 +37,8 @@ CONSUMING = "consuming partition pairs %s"
 class Rebalancer(AsyncConsumerRebalanceListener):
     """The service's rebalance listener and the loop-side restore of the pairs it queued."""
 
-    def __init__(self, service: ConsumerService) -> None:
-        self.svc = service
+    def __init__(self, service: Any) -> None:
+        self.svc = service  # the ConsumerService (not imported: service imports this module)
         self.restoring: dict[int, tuple[Any, Any]] = {}  # pair -> (impressions tp, clicks tp), paused
         self.fatal: BaseException | None = None  # raised by the loop (an exception here would be swallowed)
 

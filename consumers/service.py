@@ -27,7 +27,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -39,41 +38,17 @@ from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, CheckpointStore
 from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
-from rankwatch.consumers.fetch_compat import release_parked
+from rankwatch.consumers.fetch_compat import parked_partitions, release_parked
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
 from rankwatch.consumers.rebalance import Rebalancer
 from rankwatch.consumers.settings import KafkaSettings
-from rankwatch.consumers.stats import merge_stats
+from rankwatch.consumers.stats import ServiceHealth, merge_stats
 from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, TopicError, check_copartitioned, ensure_topic
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.stream import StreamConfig, StreamStats
+from rankwatch.pipeline.stream import StreamConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServiceHealth:
-    """What the exporter shows about the service at one moment.
-
-    ``stats`` holds the streaming core's statistics per owned partition pair, ``merged`` their sum (the
-    watermark is the minimum), ``lag`` the messages behind the high watermark per ``(topic, partition)``
-    counted from the last record *fed* to the core.
-    """
-
-    stats: dict[int, StreamStats] = field(default_factory=dict)
-    merged: StreamStats | None = None
-    lag: dict[tuple[str, int], int] = field(default_factory=dict)
-    dead_letters: dict[tuple[str, str], int] = field(default_factory=dict)
-    checkpoints_written: int = 0
-    checkpoint_failures: int = 0
-    restores: int = 0
-    windows_published: int = 0
-    assigned: tuple[int, ...] = ()
-    running: bool = False
-    kafka_outage: bool = False
-    kafka_outage_seconds: float = 0.0
-    restoring: tuple[int, ...] = ()
 
 
 class ConsumerService:
@@ -126,6 +101,8 @@ class ConsumerService:
         self._rebalancer = Rebalancer(self)
         self._topics_bad_since: float | None = None
         self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
+        self._fed_marks: dict[int, tuple[int | None, ...]] = {}  # stall watch: fed offsets 30 s ago
+        self._stalled: set[int] = set()
         self.partitions = 0
 
     # -- public API ------------------------------------------------------------------------------------
@@ -168,8 +145,9 @@ class ConsumerService:
                 self._close_clients(0.5)
                 if is_fatal(e):
                     raise e if isinstance(e, FatalKafkaError) else FatalKafkaError(f"Kafka refused start: {one_line(e)}") from None
-                if not is_retriable(e):
-                    raise
+                if not (is_retriable(e) or isinstance(e, KafkaError)):
+                    raise  # a bug; any Kafka refusal at start is retried (e.g. a broker shutting down
+                    # refuses CreateTopics with InvalidReplicationFactor: "all brokers are fenced")
                 self._outage.failed("start", e)
                 self._stop.wait(self._outage.backoff())
 
@@ -206,7 +184,7 @@ class ConsumerService:
         if self._consumer is None:
             return  # stopped before Kafka ever answered
         now = time.monotonic()
-        self._last = {"checkpoint": now, "tick": now, "health": now, "adopt": now, "topics": now}
+        self._last = {"checkpoint": now, "tick": now, "health": now, "adopt": now, "topics": now, "watch": now}
         try:
             while not self._stop.is_set():
                 self._turn()
@@ -262,6 +240,26 @@ class ConsumerService:
         if now - last["health"] >= 1.0:
             self._refresh_health(running=True)
             last["health"] = now
+        if now - last["watch"] >= 30.0:
+            self._watch_stalls()
+            last["watch"] = now
+
+    def _watch_stalls(self) -> None:
+        """One WARNING line for a pair holding records that fed nothing for 30 s with Kafka reachable (the
+        issue 15 stall was silent); it names what the pair waits for."""
+        with self._lock:
+            for p, pair in self._pairs.items():
+                mark = tuple(pair.next_offset.get(tp) for tp in pair.buffers)
+                stalled = any(pair.buffers.values()) and self._fed_marks.get(p) == mark
+                if stalled and not self._outage.active and p not in self._stalled:
+                    log.warning("pair %d fed nothing for 30 s: buffered %s, paused %s, parked %s", p,
+                                {tp.topic: len(b) for tp, b in pair.buffers.items()},
+                                sorted(tp.topic for tp in self._paused if tp.partition == p),
+                                sorted(tp.topic for tp in parked_partitions(self._consumer) if tp.partition == p))
+                    self._stalled.add(p)
+                elif not stalled:
+                    self._stalled.discard(p)
+                self._fed_marks[p] = mark
 
     def _step(self, step: str, fn: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
         """:meth:`KafkaOutage.attempt`, with group events (a commit refused by a rebalance...) logged."""
