@@ -184,3 +184,15 @@ def test_a_topic_gone_or_a_co_partitioning_break_is_fatal_after_60_s(counts: dic
     svc = _service({"imp": 4, "clk": 4})
     for t in (0.0, 60.0, 120.0):
         svc._check_topics(t)
+
+
+def test_readyz_is_not_ready_during_an_outage() -> None:
+    from rankwatch.consumers.stats import ServiceHealth
+
+    svc = _service({"imp": 1, "clk": 1})
+    svc._health = ServiceHealth(running=True, assigned=(0,))
+    assert svc.ready()
+    svc._outage.failed("poll", TimeoutError())
+    assert not svc.ready()
+    svc._outage.succeeded()
+    assert svc.ready()
