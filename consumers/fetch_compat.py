@@ -45,3 +45,27 @@ def parked_partitions(consumer: Any) -> set[Any]:
     """Topic-partitions whose parsed records the fetcher holds back (empty when not applicable)."""
     fetcher = getattr(consumer, "_fetcher", None)
     return set(getattr(fetcher, "_paused_partition_records", None) or ())
+
+
+def known_position(consumer: Any, tp: Any) -> int | None:
+    """The fetch position of ``tp`` as the consumer knows it, without any I/O (None if unknown).
+
+    kafka-python 3.0.12's ``position()`` refreshes committed offsets and validates positions over the
+    network with no time limit by default: with the broker away it blocked the loop for good (and SIGTERM
+    with it). This reads the subscription state instead; where that is not available it asks
+    ``position()`` with a short bound.
+    """
+    subscription = getattr(consumer, "_subscription", None)
+    assignment = getattr(subscription, "assignment", None)
+    if isinstance(assignment, dict):
+        state = assignment.get(tp)
+        if state is None:
+            return None
+        position = getattr(state, "position", None)
+        offset = getattr(position, "offset", position)
+        return None if offset is None else int(offset)
+    try:
+        offset = consumer.position(tp, timeout_ms=100)
+    except Exception:  # noqa: BLE001 - not assigned, or not known within the bound
+        return None
+    return None if offset is None else int(offset)

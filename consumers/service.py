@@ -38,7 +38,7 @@ from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, CheckpointStore
 from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
-from rankwatch.consumers.fetch_compat import parked_partitions, release_parked
+from rankwatch.consumers.fetch_compat import known_position, parked_partitions, release_parked
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
 from rankwatch.consumers.rebalance import Rebalancer
 from rankwatch.consumers.settings import KafkaSettings
@@ -311,7 +311,7 @@ class ConsumerService:
         assert consumer is not None
         try:
             hw = consumer.highwater(tp)
-            return hw is not None and (consumer.position(tp) or 0) >= hw
+            return hw is not None and (known_position(consumer, tp) or 0) >= hw
         except KafkaError:
             return False
 
@@ -321,8 +321,7 @@ class ConsumerService:
         def is_confirmed(tp: Any) -> bool:
             consumer = self._consumer
             assert consumer is not None
-            # highwater first: once a fetch answered, position() is known and does not block
-            return tp in ends and consumer.highwater(tp) is not None and (consumer.position(tp) or 0) >= ends[tp]
+            return tp in ends and consumer.highwater(tp) is not None and (known_position(consumer, tp) or 0) >= ends[tp]
 
         for pair in list(self._pairs.values()):
             pair.unconfirmed.clear()
@@ -380,7 +379,7 @@ class ConsumerService:
             for pair in idle:
                 if self._pairs.get(pair.partition) is not pair:
                     continue
-                if all((pair.next_offset.get(tp) or consumer.position(tp) or 0) >= ends.get(tp, 0) for tp in pair.buffers):
+                if all((pair.next_offset.get(tp) or known_position(consumer, tp) or 0) >= ends.get(tp, 0) for tp in pair.buffers):
                     self._publish(pair.processor.tick())
 
     # -- checkpoints -----------------------------------------------------------------------------------
@@ -401,7 +400,7 @@ class ConsumerService:
         try:
             if consumer.highwater(tp) is None:
                 return None  # no fetch response yet, so the position may still be being reset
-            position = consumer.position(tp)
+            position = known_position(consumer, tp)
         except Exception:  # noqa: BLE001 - not assigned any more, or would block
             return None
         return None if position is None else int(position)

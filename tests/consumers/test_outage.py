@@ -196,3 +196,22 @@ def test_readyz_is_not_ready_during_an_outage() -> None:
     assert not svc.ready()
     svc._outage.succeeded()
     assert svc.ready()
+
+
+def test_known_position_reads_the_subscription_without_io() -> None:
+    from types import SimpleNamespace
+
+    from kafka.structs import OffsetAndMetadata
+
+    from rankwatch.consumers.fetch_compat import known_position
+
+    class NoIO:
+        _subscription = SimpleNamespace(assignment={
+            "a": SimpleNamespace(position=OffsetAndMetadata(42, "", -1)), "b": SimpleNamespace(position=None)})
+
+        def position(self, *_: Any, **__: Any) -> int:
+            raise AssertionError("position() does network I/O without a time limit")
+
+    assert known_position(NoIO(), "a") == 42
+    assert known_position(NoIO(), "b") is None
+    assert known_position(NoIO(), "c") is None  # not assigned
