@@ -1,4 +1,6 @@
-"""A repair for kafka-python 3.0.12's handling of paused partitions' parsed records ("parked" records).
+"""kafka-python 3.0.12 compatibility: the parked-records repair, and reads of its state without I/O.
+
+The repair concerns paused partitions' parsed records ("parked" records).
 
 kafka-python's port of KAFKA-7548 moves the parsed records of a partition that is paused while they sit
 in the fetcher's in-line slot (``Fetcher._next_partition_records``) into ``_paused_partition_records``.
@@ -17,6 +19,9 @@ exactly the state the fetcher's own code expects; kafka-python then returns the 
 Nothing is lost nor fetched twice: the parked object keeps its records and its fetch offset, and the
 fetcher still checks that offset against the partition's position before returning anything. It touches
 two private attributes and does nothing when they are absent (another kafka-python version).
+
+:func:`known_position` and :func:`cached_partitions` read the consumer's own state where kafka-python's
+public calls would do network I/O without a time limit (which hung the loop, and SIGTERM, in an outage).
 """
 
 from __future__ import annotations
@@ -69,3 +74,16 @@ def known_position(consumer: Any, tp: Any) -> int | None:
     except Exception:  # noqa: BLE001 - not assigned, or not known within the bound
         return None
     return None if offset is None else int(offset)
+
+
+def cached_partitions(consumer: Any, topic: str) -> set[int] | None:
+    """Partitions of ``topic`` in the consumer's metadata cache, without I/O (None: not in the cache).
+
+    ``partitions_for_topic()`` fetches all topics' metadata, unbounded, when the topic is not cached.
+    kafka-python refreshes the cache itself (``metadata_max_age_ms``, and on errors).
+    """
+    cluster = getattr(consumer, "_cluster", None)
+    if cluster is None or not hasattr(cluster, "partitions_for_topic"):
+        return None
+    partitions = cluster.partitions_for_topic(topic)
+    return None if partitions is None else set(partitions)

@@ -38,7 +38,12 @@ from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, CheckpointStore
 from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
-from rankwatch.consumers.fetch_compat import known_position, parked_partitions, release_parked
+from rankwatch.consumers.fetch_compat import (
+    cached_partitions,
+    known_position,
+    parked_partitions,
+    release_parked,
+)
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
 from rankwatch.consumers.rebalance import Rebalancer
 from rankwatch.consumers.settings import KafkaSettings
@@ -286,10 +291,9 @@ class ConsumerService:
         consumer = self._consumer
         assert consumer is not None
         k = self.kafka
-        try:
-            counts = [consumer.partitions_for_topic(t) for t in (k.impressions_topic, k.clicks_topic)]
-        except KafkaError:
-            return
+        if getattr(consumer, "_cluster", None) is None:
+            return  # another kafka-python: no cache to read without I/O
+        counts = [cached_partitions(consumer, t) for t in (k.impressions_topic, k.clicks_topic)]
         if all(counts) and len(counts[0] or ()) == len(counts[1] or ()):
             self._topics_bad_since = None
             return
@@ -450,7 +454,7 @@ class ConsumerService:
             return offsets
         assert self._consumer is not None
         # A refusal (e.g. a rebalance) is a warning: the new owner restores the last commit.
-        ok, _ = self._step("commit", self._consumer.commit, offsets)
+        ok, _ = self._step("commit", self._consumer.commit, offsets, timeout_ms=int(timeout_s * 1000))
         if not ok:
             self._checkpoint_failures += 1
             return offsets

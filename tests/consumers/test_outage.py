@@ -149,8 +149,11 @@ def test_outage_figures_are_exported() -> None:
 
 
 class TopicsConsumer:
+    """A consumer whose metadata cache (``_cluster``) knows ``counts`` partitions per topic."""
+
     def __init__(self, counts: dict[str, int | None]) -> None:
         self.counts = counts
+        self._cluster = self
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         n = self.counts.get(topic)
