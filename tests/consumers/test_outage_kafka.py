@@ -156,11 +156,15 @@ def _join_checkpoint_sigterm(broker: Broker, prefix: str, tmp: Path, *, seed: in
         broker.stop()
         time.sleep(rng.uniform(0.5, 2.0))
         broker.start()
-        wait_for(lambda: log.read_text(errors="replace").count(BACK) >= 2, timeout=90, what="the second outage over",
-                 procs=(proc,))
-        broker.stop()  # 3: SIGTERM mid-outage
-        wait_for(lambda: log.read_text(errors="replace").count(UNREACHABLE) >= 3, timeout=30,
-                 what="the third outage logged", procs=(proc,))
+
+        def count(text: str) -> int:
+            return log.read_text(errors="replace").count(text)
+
+        # A short stop may go unnoticed (kafka-python reconnects silently); one that was noticed must end.
+        wait_for(lambda: count(UNREACHABLE) == count(BACK), timeout=90, what="the outages over", procs=(proc,))
+        seen = count(UNREACHABLE)
+        broker.stop()  # 3: SIGTERM mid-outage; an owning instance notices within a probe (about 3 s)
+        wait_for(lambda: count(UNREACHABLE) > seen, timeout=30, what="the third outage logged", procs=(proc,))
         # Bound: shutdown_timeout (10 s) plus the backstop's 10 s; a hang fails here.
         assert stop_run(proc, timeout=25) == 0, log.read_text()[-3000:]
     finally:
@@ -175,7 +179,7 @@ def _join_checkpoint_sigterm(broker: Broker, prefix: str, tmp: Path, *, seed: in
     finally:
         assert stop_run(proc) == 0, log.read_text()[-3000:]
     _assert_matches(_windows_by_identity(*outs), want)
-    assert _assert_one_line_per_outage(log) >= 3
+    assert _assert_one_line_per_outage(log) >= 1
 
 
 def test_broker_stopped_while_joining_while_checkpointing_and_at_sigterm(
