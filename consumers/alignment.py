@@ -64,6 +64,23 @@ class PartitionPair:
     def buffered(self, tp: Any) -> int:
         return len(self.buffers[tp])
 
+    def flow(self, cap: int, paused: set[Any]) -> tuple[list[Any], list[Any]]:
+        """Flow control: the topic-partitions to pause (buffer at ``cap``) and to resume (at most ``cap // 2``).
+
+        Resuming at ``n <= cap // 2`` (not ``n < cap // 2``) matters for ``cap = 1``: a paused partition
+        resumes once its buffer is empty. Liveness (tests/consumers/test_alignment_progress.py): a partition
+        is paused only with ``cap >= 1`` records buffered, so when both are paused both buffers hold records
+        and :meth:`feed` takes one; when one is paused and the other is empty, the empty one is fetched.
+        """
+        pause, resume = [], []
+        for tp in self.buffers:
+            n = len(self.buffers[tp])
+            if n >= cap and tp not in paused:
+                pause.append(tp)
+            elif n <= cap // 2 and tp in paused:
+                resume.append(tp)
+        return pause, resume
+
     def _may_overtake(self, ts: int, other: Any, caught_up: Callable[[Any], bool],
                       confirmed: Callable[[Any], bool]) -> bool:
         if not caught_up(other):

@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 
 CHUNK_BYTES = 512 * 1024
 METADATA_PREFIX = "rankwatch-ckpt:"
@@ -27,6 +29,10 @@ METADATA_PREFIX = "rankwatch-ckpt:"
 
 class CheckpointError(RuntimeError):
     """A checkpoint the committed offsets point to cannot be read back."""
+
+
+class CheckpointAborted(RuntimeError):
+    """A write given up on request (``abort()`` turned true: the service is stopping); nothing committed."""
 
 
 @dataclass(frozen=True)
@@ -95,9 +101,13 @@ class CheckpointStore:
     # -- writing ---------------------------------------------------------------------------------------
     def write(
         self, pair: int, snapshot: bytes, *, impressions_offset: int, clicks_offset: int,
-        previous: CheckpointRef | None, timeout_s: float = 60.0,
+        previous: CheckpointRef | None, timeout_s: float = 60.0, abort: Callable[[], bool] = lambda: False,
     ) -> CheckpointRef:
-        """Write a checkpoint and wait until every chunk is acknowledged (durable); returns its reference."""
+        """Write a checkpoint and wait until every chunk is acknowledged (durable); returns its reference.
+
+        Waits in 0.5 s slices, so a stop request (``abort()``) ends the wait within about that long
+        (:class:`CheckpointAborted`); ``KafkaTimeoutError`` after ``timeout_s``.
+        """
         cid = uuid.uuid4().hex
         pieces = [snapshot[i:i + CHUNK_BYTES] for i in range(0, len(snapshot), CHUNK_BYTES)] or [b""]
         prev = None if previous is None else (previous.checkpoint_id, previous.offset, previous.chunks)
@@ -105,7 +115,16 @@ class CheckpointStore:
         for i, piece in enumerate(pieces):
             value = _ENC.encode(_Chunk(cid, i, len(pieces), impressions_offset, clicks_offset, prev, piece))
             futures.append(self.producer.send(self.topic, key=_key(pair, cid, i), value=value, partition=pair))
-        self.producer.flush(timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.producer.flush(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
+                break
+            except KafkaTimeoutError:
+                if abort():
+                    raise CheckpointAborted(f"checkpoint of pair {pair} given up: stopping") from None
+                if time.monotonic() >= deadline:
+                    raise
         first = futures[0].get(timeout=timeout_s)
         for f in futures[1:]:
             f.get(timeout=timeout_s)  # raises if any chunk was refused
@@ -139,8 +158,8 @@ class CheckpointStore:
         deadline = time.monotonic() + self.read_timeout_s
         position = ref.offset
         while position < end:
-            if time.monotonic() > deadline:
-                raise CheckpointError(f"timed out reading checkpoint {ref.checkpoint_id} of pair {pair}")
+            if time.monotonic() > deadline:  # retriable: the broker is slow or away, the data may be there
+                raise KafkaTimeoutError(f"timed out reading checkpoint {ref.checkpoint_id} of pair {pair}")
             batch = consumer.poll(timeout_ms=500, max_records=500)
             for record in batch.get(tp, []):
                 position = record.offset + 1

@@ -12,7 +12,13 @@ docs/kafka.md gives the correctness argument.
 Threads: kafka-python 3 runs the rebalance listener on its I/O thread, but only while this loop is inside
 ``consumer.poll()`` (group joins are driven from poll), so the listener's checkpoint + commit never
 interleaves with the loop's own. The pair lock guards the state anyway, and nothing that waits for the
-I/O thread is called while holding it.
+I/O thread is called while holding it. Restores run on the loop thread (consumers/rebalance.py).
+
+Robustness (issue 15): every Kafka step of the loop goes through one handler
+(:class:`consumers.outage.KafkaOutage`): an outage is logged once, retried with a capped backoff, shown in
+the health (``/readyz`` not ready, ``rankwatch_kafka_outage``); fatal errors end the loop with one line.
+Before every poll :func:`consumers.fetch_compat.release_parked` repairs kafka-python 3.0.12's parked
+records, which stalled every backlog.
 """
 
 from __future__ import annotations
@@ -21,47 +27,33 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from rankwatch.consumers.alignment import PartitionPair
-from rankwatch.consumers.checkpoints import CheckpointRef, CheckpointStore
+from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, CheckpointStore
+from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
+from rankwatch.consumers.fetch_compat import (
+    cached_partitions,
+    known_position,
+    parked_partitions,
+    release_parked,
+)
+from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
+from rankwatch.consumers.rebalance import Rebalancer
 from rankwatch.consumers.settings import KafkaSettings
-from rankwatch.consumers.stats import merge_stats
-from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, check_copartitioned, ensure_topic
+from rankwatch.consumers.stats import ServiceHealth, merge_stats
+from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, TopicError, check_copartitioned, ensure_topic
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.stream import StreamConfig, StreamProcessor, StreamStats
+from rankwatch.pipeline.stream import StreamConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServiceHealth:
-    """What the exporter shows about the service at one moment.
-
-    ``stats`` holds the streaming core's statistics per owned partition pair, ``merged`` their sum (the
-    watermark is the minimum), ``lag`` the messages behind the high watermark per ``(topic, partition)``
-    counted from the last record *fed* to the core.
-    """
-
-    stats: dict[int, StreamStats] = field(default_factory=dict)
-    merged: StreamStats | None = None
-    lag: dict[tuple[str, int], int] = field(default_factory=dict)
-    dead_letters: dict[tuple[str, str], int] = field(default_factory=dict)
-    checkpoints_written: int = 0
-    checkpoint_failures: int = 0
-    restores: int = 0
-    windows_published: int = 0
-    assigned: tuple[int, ...] = ()
-    running: bool = False
 
 
 class ConsumerService:
@@ -110,6 +102,12 @@ class ConsumerService:
         self._dead: KafkaDeadLetterSink | None = None
         self._paused: set[Any] = set()
         self._pending_commit: list[tuple[PartitionPair, CheckpointRef]] = []
+        self._outage = KafkaOutage(backoff_max_s=kafka.retry_backoff_max_s)
+        self._rebalancer = Rebalancer(self)
+        self._topics_bad_since: float | None = None
+        self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
+        self._fed_marks: dict[int, tuple[int | None, ...]] = {}  # stall watch: fed offsets 30 s ago
+        self._stalled: set[int] = set()
         self.partitions = 0
 
     # -- public API ------------------------------------------------------------------------------------
@@ -117,21 +115,59 @@ class ConsumerService:
         """Ask the loop to finish its batch, checkpoint, commit and close (safe from a signal handler)."""
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     def health(self) -> ServiceHealth:
         """The latest health snapshot (refreshed about once a second by the loop)."""
         return self._health
 
     def ready(self) -> bool:
-        return self._health.running and bool(self._health.assigned)
+        """``/readyz``: consuming owned pairs, and Kafka reachable (not ready during an outage)."""
+        h = self._health
+        return h.running and bool(h.assigned) and not self._outage.active
+
+    @property
+    def outage(self) -> KafkaOutage:
+        return self._outage
 
     def start(self) -> None:
-        """Check the topics and open the clients (errors here are one-line ``RankwatchError`` s)."""
+        """Check the topics and open the clients (errors here are one-line ``RankwatchError`` s).
+
+        A broker unreachable at start is an outage like any other: logged once, retried with the backoff
+        until it answers or :meth:`stop` is called (then :meth:`run` returns at once). Bad topics
+        (``TopicError``) and fatal errors end it.
+        """
+        while not self._stop.is_set():
+            try:
+                self._open()
+                self._outage.succeeded()
+                return
+            except TopicError:
+                raise
+            except Exception as e:
+                self._close_clients(0.5)
+                if is_fatal(e):
+                    raise e if isinstance(e, FatalKafkaError) else FatalKafkaError(f"Kafka refused start: {one_line(e)}") from None
+                if not (is_retriable(e) or isinstance(e, KafkaError)):
+                    raise  # a bug; any Kafka refusal at start is retried (e.g. a broker shutting down
+                    # refuses CreateTopics with InvalidReplicationFactor: "all brokers are fenced")
+                self._outage.failed("start", e)
+                self._stop.wait(self._outage.backoff())
+
+    def _open(self) -> None:
         k = self.kafka
         client = k.client_kwargs()
         self.partitions = check_copartitioned(client, k.impressions_topic, k.clicks_topic)
         ensure_topic(client, k.checkpoints, partitions=self.partitions, config=CHECKPOINT_TOPIC_CONFIG, grow=True)
         ensure_topic(client, k.dead_letters, partitions=1)
-        self._producer = KafkaProducer(**client, acks="all", linger_ms=5, max_request_size=2 * 1024 * 1024)
+        # max_block_ms bounds a send() that waits for metadata or buffer space (an outage): the dead letter
+        # is then kept and sent again, instead of the loop hanging for kafka-python's default 60 s.
+        self._producer = KafkaProducer(**client, acks="all", linger_ms=5, max_request_size=2 * 1024 * 1024,
+                                       max_block_ms=2000)
+        for topic in (k.checkpoints, k.dead_letters):
+            self._producer.partitions_for(topic)  # metadata now, while the broker is known to answer
         self._store = CheckpointStore(self._producer, k.checkpoints, client)
         self._dead = KafkaDeadLetterSink(self._producer, k.dead_letters)
         self._consumer = KafkaConsumer(
@@ -141,41 +177,137 @@ class ConsumerService:
             heartbeat_interval_ms=max(100, int(k.session_timeout_s * 1000) // 4),
             group_instance_id=k.instance_id,
         )
-        self._consumer.subscribe([k.impressions_topic, k.clicks_topic], listener=_Listener(self))
+        self._consumer.subscribe([k.impressions_topic, k.clicks_topic], listener=self._rebalancer)
 
     def run(self) -> None:
-        """Consume until :meth:`stop`; then checkpoint and commit every owned pair and close the clients."""
+        """Consume until :meth:`stop`; then checkpoint and commit every owned pair and close the clients.
+
+        Raises :class:`consumers.outage.FatalKafkaError` (one line) on an error no retry can cure.
+        """
         if self._consumer is None:
             self.start()
+        if self._consumer is None:
+            return  # stopped before Kafka ever answered
+        now = time.monotonic()
+        self._last = {"checkpoint": now, "tick": now, "health": now, "adopt": now, "topics": now, "watch": now}
+        try:
+            while not self._stop.is_set():
+                self._turn()
+                delay = self._outage.backoff()  # > 0 only after a failed step
+                if delay:
+                    self._refresh_health(running=True)
+                    self._stop.wait(delay)
+        finally:
+            self._shutdown()
+
+    def _turn(self) -> None:
+        """One turn of the loop: every Kafka step goes through the outage handler (module docstring)."""
+        consumer = self._consumer
+        assert consumer is not None
+        k, out, last = self.kafka, self._outage, self._last
+        release_parked(consumer)
+        ok, batch = self._step("poll", consumer.poll, timeout_ms=100)
+        if self._rebalancer.fatal is not None:
+            raise self._rebalancer.fatal
+        if batch:
+            out.succeeded()
+        self._rebalancer.restore_pending()
+        with self._lock:
+            for tp, records in (batch or {}).items():
+                pair = self._pairs.get(tp.partition)
+                if pair is not None and tp in pair.buffers:
+                    pair.add(tp, records)
+            self._feed_all()
+            unconfirmed = [tp for pair in self._pairs.values() for tp in pair.unconfirmed]
+        if unconfirmed:
+            self._confirm_and_feed(unconfirmed)
+        self._flow_control()
+        dead = self._dead
+        if dead is not None and dead.unsent and not out.active:
+            dead.resend()
+        now = time.monotonic()
+        if now - last["tick"] >= k.tick_interval_s:
+            self._tick_idle()
+            last["tick"] = now
+        if now - last["checkpoint"] >= k.checkpoint_interval_s and not out.active:
+            # A write waits at most max(10 s, session timeout): an outage mid-write is noticed by then.
+            self.checkpoint((p for p, pair in list(self._pairs.items()) if pair.fed_since_checkpoint),
+                            timeout_s=max(10.0, k.session_timeout_s))
+            last["checkpoint"] = time.monotonic()
+        if out.active or now - out.last_contact >= 2 * k.tick_interval_s + 1.0:
+            self._probe()
+        if now - last["topics"] >= 5.0:
+            self._check_topics(now)
+            last["topics"] = now
+        if now - last["adopt"] >= 10.0:
+            self._rebalancer.adopt_unqueued()
+            last["adopt"] = now
+        if now - last["health"] >= 1.0:
+            self._refresh_health(running=True)
+            last["health"] = now
+        if now - last["watch"] >= 30.0:
+            self._watch_stalls()
+            last["watch"] = now
+
+    def _watch_stalls(self) -> None:
+        """One WARNING line for a pair holding records that fed nothing for 30 s with Kafka reachable (the
+        issue 15 stall was silent); it names what the pair waits for."""
+        with self._lock:
+            for p, pair in self._pairs.items():
+                mark = tuple(pair.next_offset.get(tp) for tp in pair.buffers)
+                stalled = any(pair.buffers.values()) and self._fed_marks.get(p) == mark
+                if stalled and not self._outage.active and p not in self._stalled:
+                    log.warning("pair %d fed nothing for 30 s: buffered %s, paused %s, parked %s", p,
+                                {tp.topic: len(b) for tp, b in pair.buffers.items()},
+                                sorted(tp.topic for tp in self._paused if tp.partition == p),
+                                sorted(tp.topic for tp in parked_partitions(self._consumer) if tp.partition == p))
+                    self._stalled.add(p)
+                elif not stalled:
+                    self._stalled.discard(p)
+                self._fed_marks[p] = mark
+
+    def _step(self, step: str, fn: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+        """:meth:`KafkaOutage.attempt`, with group events (a commit refused by a rebalance...) logged."""
+        try:
+            return self._outage.attempt(step, fn, *args, **kwargs)
+        except KafkaError as e:
+            log.warning("%s failed: %s", step, one_line(e))
+            self._outage.group_event()  # a repeated refusal must not spin the loop
+            return False, None
+
+    def _probe(self) -> None:
+        """Ask the broker something cheap (end offsets): ends an outage, or shows one nothing else would."""
+        consumer = self._consumer
+        assert consumer is not None
+        with self._lock:
+            tps = [tp for pair in self._pairs.values() for tp in pair.buffers]
+        tps = tps or [TopicPartition(self.kafka.impressions_topic, 0)]
+        ok, _ = self._step("end-offset look-up", consumer.end_offsets, tps, timeout_ms=2000)
+        if ok:
+            self._outage.succeeded()
+
+    def _check_topics(self, now: float) -> None:
+        """A topic gone, or the two topics no longer co-partitioned, for 60 s: fatal (one line)."""
         consumer = self._consumer
         assert consumer is not None
         k = self.kafka
-        last_checkpoint = last_tick = last_health = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                batch = consumer.poll(timeout_ms=100)
-                with self._lock:
-                    for tp, records in batch.items():
-                        pair = self._pairs.get(tp.partition)
-                        if pair is not None and tp in pair.buffers:
-                            pair.add(tp, records)
-                    self._feed_all()
-                    unconfirmed = [tp for pair in self._pairs.values() for tp in pair.unconfirmed]
-                if unconfirmed:
-                    self._confirm_and_feed(unconfirmed)
-                self._flow_control()
-                now = time.monotonic()
-                if now - last_tick >= k.tick_interval_s:
-                    self._tick_idle()
-                    last_tick = now
-                if now - last_checkpoint >= k.checkpoint_interval_s:
-                    self.checkpoint(p for p, pair in list(self._pairs.items()) if pair.fed_since_checkpoint)
-                    last_checkpoint = time.monotonic()
-                if now - last_health >= 1.0:
-                    self._refresh_health(running=True)
-                    last_health = now
-        finally:
-            self._shutdown()
+        if getattr(consumer, "_cluster", None) is None:
+            return  # another kafka-python: no cache to read without I/O
+        counts = [cached_partitions(consumer, t) for t in (k.impressions_topic, k.clicks_topic)]
+        if all(counts) and len(counts[0] or ()) == len(counts[1] or ()):
+            self._topics_bad_since = None
+            return
+        if self._outage.active:
+            return  # metadata of an unreachable cluster says nothing
+        if self._topics_bad_since is None:
+            self._topics_bad_since = now
+        elif now - self._topics_bad_since >= 60.0:
+            if not all(counts):
+                missing = [t for t, c in zip((k.impressions_topic, k.clicks_topic), counts, strict=True) if not c]
+                raise FatalKafkaError(f"topic {missing[0]} does not exist any more")
+            raise FatalKafkaError(
+                f"topics {k.impressions_topic} and {k.clicks_topic} are no longer co-partitioned "
+                f"({len(counts[0] or ())} and {len(counts[1] or ())} partitions)")
 
     # -- feeding ---------------------------------------------------------------------------------------
     def _caught_up(self, tp: Any) -> bool:
@@ -183,7 +315,7 @@ class ConsumerService:
         assert consumer is not None
         try:
             hw = consumer.highwater(tp)
-            return hw is not None and (consumer.position(tp) or 0) >= hw
+            return hw is not None and (known_position(consumer, tp) or 0) >= hw
         except KafkaError:
             return False
 
@@ -193,8 +325,7 @@ class ConsumerService:
         def is_confirmed(tp: Any) -> bool:
             consumer = self._consumer
             assert consumer is not None
-            # highwater first: once a fetch answered, position() is known and does not block
-            return tp in ends and consumer.highwater(tp) is not None and (consumer.position(tp) or 0) >= ends[tp]
+            return tp in ends and consumer.highwater(tp) is not None and (known_position(consumer, tp) or 0) >= ends[tp]
 
         for pair in list(self._pairs.values()):
             pair.unconfirmed.clear()
@@ -205,10 +336,10 @@ class ConsumerService:
         """Ask the broker for the end offsets of ``tps`` (made after every buffered record was fetched) and
         feed again: records far ahead of a topic that truly has nothing more may now go (alignment docs)."""
         assert self._consumer is not None
-        try:
-            ends = self._consumer.end_offsets(tps, timeout_ms=2000)
-        except Exception:  # noqa: BLE001 - no confirmation: wait for the next poll
-            return
+        ok, ends = self._step("end-offset look-up", self._consumer.end_offsets, tps, timeout_ms=2000)
+        if not ok:
+            return  # no confirmation: wait for a later turn
+        self._outage.succeeded()
         with self._lock:
             self._feed_all(ends)
 
@@ -224,14 +355,13 @@ class ConsumerService:
         cap = self.kafka.max_buffered_records
         with self._lock:
             for pair in self._pairs.values():
-                for tp in pair.buffers:
-                    n = pair.buffered(tp)
-                    if n >= cap and tp not in self._paused:
-                        consumer.pause(tp)
-                        self._paused.add(tp)
-                    elif n < cap // 2 and tp in self._paused:
-                        consumer.resume(tp)
-                        self._paused.discard(tp)
+                pause, resume = pair.flow(cap, self._paused)
+                if pause:
+                    consumer.pause(*pause)
+                    self._paused.update(pause)
+                if resume:
+                    consumer.resume(*resume)
+                    self._paused.difference_update(resume)
 
     def _tick_idle(self) -> None:
         """Idle pairs (nothing buffered, nothing left to fetch, confirmed by the broker) let the clock in."""
@@ -243,17 +373,17 @@ class ConsumerService:
         if not idle:
             return
         tps = [tp for p in idle for tp in p.buffers]
-        try:
-            # A fresh answer from the broker: during an outage the cached high watermarks would claim
-            # "caught up" and the clock would close windows whose events are merely unreachable.
-            ends = consumer.end_offsets(tps, timeout_ms=2000)
-        except Exception:  # noqa: BLE001 - no confirmation, no tick
-            return
+        # A fresh answer from the broker: during an outage the cached high watermarks would claim
+        # "caught up" and the clock would close windows whose events are merely unreachable.
+        ok, ends = self._step("end-offset look-up", consumer.end_offsets, tps, timeout_ms=2000)
+        if not ok:
+            return  # no confirmation, no tick
+        self._outage.succeeded()
         with self._lock:
             for pair in idle:
                 if self._pairs.get(pair.partition) is not pair:
                     continue
-                if all((pair.next_offset.get(tp) or consumer.position(tp) or 0) >= ends.get(tp, 0) for tp in pair.buffers):
+                if all((pair.next_offset.get(tp) or known_position(consumer, tp) or 0) >= ends.get(tp, 0) for tp in pair.buffers):
                     self._publish(pair.processor.tick())
 
     # -- checkpoints -----------------------------------------------------------------------------------
@@ -274,15 +404,17 @@ class ConsumerService:
         try:
             if consumer.highwater(tp) is None:
                 return None  # no fetch response yet, so the position may still be being reset
-            position = consumer.position(tp)
+            position = known_position(consumer, tp)
         except Exception:  # noqa: BLE001 - not assigned any more, or would block
             return None
         return None if position is None else int(position)
 
-    def checkpoint(self, partitions: Iterable[int], *, in_listener: bool = False) -> dict[Any, OffsetAndMetadata]:
+    def checkpoint(self, partitions: Iterable[int], *, in_listener: bool = False,
+                   timeout_s: float = 20.0) -> dict[Any, OffsetAndMetadata]:
         """Write checkpoints of ``partitions`` and (outside the rebalance listener) commit them.
 
-        Returns the offsets to commit; the listener commits them itself through the coordinator.
+        Returns the offsets to commit; the listener commits them itself through the coordinator. Nothing is
+        committed while a dead letter is unsent (it would be lost with the offsets that produced it).
         """
         store = self._store
         assert store is not None and self._producer is not None
@@ -300,26 +432,33 @@ class ConsumerService:
                 snapshot = pair.processor.snapshot()
                 fed = pair.fed_since_checkpoint
             try:
-                ref = store.write(p, snapshot, impressions_offset=imp_off, clicks_offset=clk_off, previous=pair.checkpoint)
-            except Exception as e:  # noqa: BLE001 - broker trouble: keep running, try again next interval
+                ok, ref = self._step("checkpoint write", store.write, p, snapshot, impressions_offset=imp_off,
+                                     clicks_offset=clk_off, previous=pair.checkpoint, timeout_s=timeout_s,
+                                     abort=self._stop.is_set if not in_listener else (lambda: False))
+            except CheckpointAborted:  # SIGTERM mid-write: the final checkpoint tries again, bounded
+                ok, ref = False, None
+            if not ok or ref is None:  # keep running, try again next interval
                 self._checkpoint_failures += 1
-                log.warning("checkpoint of pair %d failed: %s", p, e)
-                continue
+                break
+            self._outage.succeeded()
             meta = ref.to_metadata()
             offsets[pair.impressions_tp] = OffsetAndMetadata(imp_off, meta, -1)
             offsets[pair.clicks_tp] = OffsetAndMetadata(clk_off, meta, -1)
             written.append((pair, ref))
             pair.fed_since_checkpoint -= fed
+        if self._dead is not None and self._dead.unsent:
+            log.debug("%d dead letters unsent: not committing", len(self._dead.unsent))
+            return {}
         if in_listener or not offsets:
             self._pending_commit = written
             return offsets
         assert self._consumer is not None
-        try:
-            self._consumer.commit(offsets)
-        except Exception as e:  # noqa: BLE001 - e.g. a rebalance: the new owner restores the last commit
+        # A refusal (e.g. a rebalance) is a warning: the new owner restores the last commit.
+        ok, _ = self._step("commit", self._consumer.commit, offsets, timeout_ms=int(timeout_s * 1000))
+        if not ok:
             self._checkpoint_failures += 1
-            log.warning("commit of checkpoints failed: %s", e)
             return offsets
+        self._outage.succeeded()
         self._committed(written)
         return offsets
 
@@ -332,77 +471,6 @@ class ConsumerService:
             self._checkpoints += 1
             if old is not None and old != ref:
                 store.delete(pair.partition, old)
-
-    # -- rebalance (called by _Listener on the consumer's IO thread) ------------------------------------
-    async def _revoked(self, revoked: Iterable[Any]) -> None:
-        parts = {tp.partition for tp in revoked}
-        with self._lock:
-            owned = [p for p in parts if p in self._pairs]
-        if owned:
-            offsets = self.checkpoint(owned, in_listener=True)
-            if offsets:
-                assert self._consumer is not None
-                try:
-                    await self._consumer._coordinator._commit_offsets_sync_async(offsets)
-                    self._committed(self._pending_commit)
-                except Exception as e:  # noqa: BLE001 - the next owner restores the last good commit
-                    self._checkpoint_failures += 1
-                    log.warning("commit on revocation failed: %s", e)
-        with self._lock:
-            for p in owned:
-                pair = self._pairs.pop(p)
-                pair.clear_buffers()
-                self._parked[p] = pair
-            for tp in list(self._paused):
-                if tp.partition in parts:
-                    self._paused.discard(tp)
-
-    async def _assigned(self, assigned: Iterable[Any]) -> None:
-        k = self.kafka
-        by_partition: dict[int, set[str]] = {}
-        for tp in assigned:
-            by_partition.setdefault(tp.partition, set()).add(tp.topic)
-        consumer = self._consumer
-        assert consumer is not None and self._store is not None
-        wanted = [p for p, topics in by_partition.items() if p not in self._pairs]
-        for p, topics in by_partition.items():
-            if topics != {k.impressions_topic, k.clicks_topic}:
-                # Only the range assignor co-locates pairs; anything else would split requests.
-                log.error("partition %d assigned without its pair (%s); not consuming it", p, sorted(topics))
-                consumer.pause(*[TopicPartition(t, p) for t in topics])
-                wanted = [q for q in wanted if q != p]
-        tps = [TopicPartition(t, p) for p in wanted for t in (k.impressions_topic, k.clicks_topic)]
-        committed = await consumer._coordinator.fetch_committed_offsets_async(tps) if tps else {}
-        for p in wanted:
-            imp_tp, clk_tp = TopicPartition(k.impressions_topic, p), TopicPartition(k.clicks_topic, p)
-            meta = committed.get(imp_tp)
-            ref = CheckpointRef.from_metadata(meta.metadata if meta is not None else None)
-            parked = self._parked.pop(p, None)
-            if parked is not None and ref is not None and parked.checkpoint == ref and parked.fed_since_checkpoint == 0:
-                pair = parked  # our own state, and nobody committed since: no need to read it back
-            elif ref is not None:
-                checkpoint, orphans = self._store.read(p, ref)
-                processor = StreamProcessor.restore(checkpoint.snapshot, config=self.stream, clock=self.clock,
-                                                    dead_letters=self._dead)
-                pair = PartitionPair(p, imp_tp, clk_tp, processor,
-                                     {imp_tp: checkpoint.impressions_offset, clk_tp: checkpoint.clicks_offset}, ref,
-                                     max_skew_ms=self.stream.allowed_disorder_ms // 2)
-                for stale in [*orphans, *([checkpoint.previous] if checkpoint.previous else [])]:
-                    self._store.delete(p, stale)
-                self._restores += 1
-            else:
-                processor = StreamProcessor(self.stream, clock=self.clock, dead_letters=self._dead, partitions=(p,))
-                start = {tp: (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else None)
-                         for tp in (imp_tp, clk_tp)}
-                pair = PartitionPair(p, imp_tp, clk_tp, processor, start, max_skew_ms=self.stream.allowed_disorder_ms // 2)
-            for tp in (imp_tp, clk_tp):
-                off = pair.next_offset.get(tp)
-                if off is not None:
-                    consumer.seek(tp, off)
-            with self._lock:
-                self._pairs[p] = pair
-        self._parked.clear()
-        log.info("consuming partition pairs %s", sorted(self._pairs))
 
     # -- health and shutdown ---------------------------------------------------------------------------
     def _refresh_health(self, *, running: bool) -> None:
@@ -419,11 +487,14 @@ class ConsumerService:
                     if hw is not None:
                         lag[(tp.topic, tp.partition)] = max(0, hw - self._resolved_offset_cached(pair, tp))
             assigned = tuple(sorted(self._pairs))
+            restoring = tuple(sorted(self._rebalancer.restoring))
         self._health = ServiceHealth(
             stats=stats, merged=merge_stats(list(stats.values())) if stats else None, lag=lag,
             dead_letters=dict(self._dead.counts) if self._dead else {}, checkpoints_written=self._checkpoints,
             checkpoint_failures=self._checkpoint_failures, restores=self._restores,
             windows_published=self._published, assigned=assigned, running=running,
+            kafka_outage=self._outage.active, kafka_outage_seconds=self._outage.seconds_total(),
+            restoring=restoring,
         )
         if self.on_health is not None:
             self.on_health(self._health)
@@ -436,42 +507,29 @@ class ConsumerService:
         return int(pair.buffers[tp][0].offset) if pair.buffers[tp] else 0
 
     def _shutdown(self) -> None:
-        consumer, producer = self._consumer, self._producer
+        """Final checkpoint and commit, then close; bounded by ``shutdown_timeout_s`` even in an outage."""
+        consumer = self._consumer
+        deadline = time.monotonic() + self.kafka.shutdown_timeout_s
+
+        def left() -> float:
+            return max(0.5, deadline - time.monotonic())
+
         try:
-            if consumer is not None and self._pairs:
+            if consumer is not None and self._pairs and self._outage.active:
+                log.warning("Kafka unreachable at shutdown: no final checkpoint (pairs %s resume from their last "
+                            "committed checkpoint)", sorted(self._pairs))
+            elif consumer is not None and self._pairs:
                 with self._lock:
                     self._feed_all()  # finish the batch in hand (what is caught up can be fed)
-                self.checkpoint(list(self._pairs))
+                self.checkpoint(list(self._pairs), timeout_s=left() / 2)
         finally:
             self._refresh_health(running=False)
             with self._lock:
                 self._pairs.clear()  # close() revokes: nothing left to checkpoint twice
-            if consumer is not None:
-                consumer.close(autocommit=False)
-            if self._store is not None:
-                self._store.close()
-            if producer is not None:
-                producer.flush(timeout=30)
-                producer.close(timeout=30)
-            self._consumer = self._producer = None
+                self._rebalancer.restoring.clear()
+            self._close_clients(1.0 if self._outage.active else left())
 
-
-class _Listener(AsyncConsumerRebalanceListener):
-    """Checkpoint and commit before giving pairs up; restore on assignment (see ConsumerService)."""
-
-    def __init__(self, service: ConsumerService) -> None:
-        self.service = service
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.service._revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.service._assigned(assigned)
-
-    async def on_partitions_lost(self, lost: Any) -> None:
-        # Evicted: our commits would be refused. Drop the state; the next owner restores the last commit.
-        svc = self.service
-        with svc._lock:
-            for tp in lost:
-                svc._pairs.pop(tp.partition, None)
-                svc._parked.pop(tp.partition, None)
+    def _close_clients(self, timeout_s: float) -> None:
+        close_clients(self._consumer, self._store, self._producer, timeout_s)
+        self._consumer = self._producer = None
+        self._store = None

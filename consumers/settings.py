@@ -56,6 +56,12 @@ class KafkaSettings:
         at once, without a rebalance; a stopped one keeps them until ``session_timeout_s`` passes.
     client_options
         kafka-python options passed to every client (security: SSL/SASL; see ``PASSTHROUGH_OPTIONS``).
+    shutdown_timeout_s
+        Bound of the clean exit on SIGTERM (final checkpoint, commit, closing the clients), also when the
+        broker is unreachable; ``rankwatch run`` forces the exit 10 s after it (docs/kafka.md).
+    retry_backoff_max_s
+        Cap of the backoff between retries during a Kafka outage (consumers/outage.py); also caps
+        kafka-python's own reconnect backoff, so a returning broker is seen within about this long.
     """
 
     bootstrap_servers: tuple[str, ...] = ("127.0.0.1:9092",)
@@ -72,6 +78,8 @@ class KafkaSettings:
     session_timeout_s: float = 10.0
     instance_id: str | None = None
     client_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    shutdown_timeout_s: float = 15.0
+    retry_backoff_max_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
@@ -80,7 +88,8 @@ class KafkaSettings:
             raise ValueError("impressions_topic and clicks_topic must differ")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
-        for name in ("checkpoint_interval_s", "tick_interval_s", "session_timeout_s"):
+        for name in ("checkpoint_interval_s", "tick_interval_s", "session_timeout_s", "shutdown_timeout_s",
+                     "retry_backoff_max_s"):
             if float(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for name in ("max_poll_records", "max_buffered_records"):
@@ -100,4 +109,8 @@ class KafkaSettings:
 
     def client_kwargs(self) -> dict[str, Any]:
         """Options common to every kafka-python client this service opens."""
-        return {"bootstrap_servers": list(self.bootstrap_servers), **dict(self.client_options)}
+        # kafka-python's reconnect backoff grows to 30 s by default: after an outage the broker would be
+        # seen again up to 30 s late. Capped at our own retry cap unless the user set it.
+        backoff_ms = int(self.retry_backoff_max_s * 1000)
+        return {"bootstrap_servers": list(self.bootstrap_servers), "reconnect_backoff_max_ms": backoff_ms,
+                **dict(self.client_options)}

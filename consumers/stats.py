@@ -1,8 +1,9 @@
-"""Adding up the streaming core's statistics of several partition pairs (for one exporter per process)."""
+"""The service's health snapshot, and adding up the streaming core's statistics of several partition pairs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from rankwatch.pipeline.stream import StreamStats
 
@@ -50,3 +51,27 @@ def merge_stats(parts: Sequence[StreamStats]) -> StreamStats:
         dedupe_ids=sum(s.dedupe_ids for s in parts),
         dedupe_forgotten_at_capacity=sum(s.dedupe_forgotten_at_capacity for s in parts),
     )
+
+
+@dataclass(frozen=True)
+class ServiceHealth:
+    """What the exporter shows about the service at one moment.
+
+    ``stats`` holds the streaming core's statistics per owned partition pair, ``merged`` their sum (the
+    watermark is the minimum), ``lag`` the messages behind the high watermark per ``(topic, partition)``
+    counted from the last record *fed* to the core.
+    """
+
+    stats: dict[int, StreamStats] = field(default_factory=dict)
+    merged: StreamStats | None = None
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)
+    dead_letters: dict[tuple[str, str], int] = field(default_factory=dict)
+    checkpoints_written: int = 0
+    checkpoint_failures: int = 0
+    restores: int = 0
+    windows_published: int = 0
+    assigned: tuple[int, ...] = ()
+    running: bool = False
+    kafka_outage: bool = False
+    kafka_outage_seconds: float = 0.0
+    restoring: tuple[int, ...] = ()

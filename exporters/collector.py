@@ -99,6 +99,10 @@ class RankwatchCollector(Collector):
                 for (t, p), n in sorted(snap.consumer_lag.items())
             ],
         )
+        yield _family(names.KAFKA_OUTAGE, "1 while Kafka is unreachable by the consumer, else 0.", "gauge",
+                      [Sample(names.KAFKA_OUTAGE, {}, 1.0 if snap.kafka_outage[0] else 0.0)])
+        yield _family(names.KAFKA_OUTAGE_SECONDS, "Seconds spent in Kafka outages since start.", "counter",
+                      [Sample(names.KAFKA_OUTAGE_SECONDS + "_total", {}, snap.kafka_outage[1])])
         delay: list[Sample] = []
         if h.watermark_ms is not None:
             now_ms = self._event_clock.now().timestamp() * 1000.0

@@ -30,6 +30,8 @@ FINALIZED_REQUESTS = "rankwatch_finalized_requests"  # counter {segment, surface
 # Health (docs/architecture.md)
 REJECTED_EVENTS = "rankwatch_rejected_events"  # counter {stream, reason}
 CONSUMER_LAG = "rankwatch_consumer_lag"  # gauge {topic, partition}
+KAFKA_OUTAGE = "rankwatch_kafka_outage"  # gauge: 1 while Kafka is unreachable (consumers/outage.py)
+KAFKA_OUTAGE_SECONDS = "rankwatch_kafka_outage_seconds"  # counter: seconds spent in Kafka outages
 WATERMARK_DELAY = "rankwatch_watermark_delay_seconds"  # gauge
 PENDING_REQUESTS = "rankwatch_pending_requests"  # gauge
 PENDING_REQUESTS_LIMIT = "rankwatch_pending_requests_limit"  # gauge

@@ -88,6 +88,7 @@ class Snapshot:
     score_drift: tuple[Sample, ...] = ()
     score_drift_items: tuple[Sample, ...] = ()
     gauc_items_dropped: tuple[Sample, ...] = ()
+    kafka_outage: tuple[bool, float] = (False, 0.0)  # (in an outage now, outage seconds so far)
 
 
 @dataclass
@@ -158,6 +159,7 @@ class MetricsState:
             pending_requests_limit=pending_requests_limit, label_values_limit=label_values_limit
         )
         self._lag: dict[tuple[str, int], int] = {}
+        self._outage: tuple[bool, float] = (False, 0.0)
         self._version = 0
         self._drifts: dict[str, DriftResult] = {}
         self._quality: tuple[Sample, ...] = ()
@@ -241,6 +243,12 @@ class MetricsState:
         """Messages behind the high watermark per ``(topic, partition)``; replaces the previous figures."""
         with self._write_lock:
             self._lag = {(str(t), int(p)): int(n) for (t, p), n in lag.items()}
+            self._swap(self._build_snapshot_locked())
+
+    def set_kafka_outage(self, active: bool, seconds_total: float) -> None:
+        """Whether Kafka is unreachable now, and the seconds spent in outages since start."""
+        with self._write_lock:
+            self._outage = (bool(active), float(seconds_total))
             self._swap(self._build_snapshot_locked())
 
     def set_baselines(self, baselines: Iterable[LoadedBaseline]) -> None:
@@ -358,6 +366,7 @@ class MetricsState:
             gauc_items_dropped=self._position_ctr[1],
             score_drift=self._score_drift[0],
             score_drift_items=self._score_drift[1],
+            kafka_outage=self._outage,
         )
 
     def _quality_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:

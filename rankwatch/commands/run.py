@@ -3,14 +3,18 @@
 Wiring only: :class:`consumers.service.ConsumerService` consumes and publishes; every published window
 goes to :func:`window_sink` (``--windows-out`` writer, deduplicated by identity, and the exporter state);
 the service's health goes to the exporter about once a second. SIGTERM and SIGINT stop the loop, which
-finishes its batch, checkpoints, commits and closes; the exit status is then 0.
+finishes its batch, checkpoints, commits and closes; the exit status is then 0. The exit is bounded, also
+when Kafka is unreachable: the service gives up its final checkpoint in an outage and closes its clients
+within ``shutdown_timeout``; a backstop ends the process (status 0) 10 s after that.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,7 +81,9 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     signal.signal(signal.SIGINT, lambda signum, _frame: stop_requested.append(signum))
     logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING if log_level != "debug" else logging.DEBUG)
+    # kafka-python logs every failed reconnect and request; an outage is reported once by the service
+    # (consumers/outage.py), so only its errors above that are shown, unless debugging.
+    logging.getLogger("kafka").setLevel(logging.CRITICAL if log_level != "debug" else logging.DEBUG)
     # Checkpointing in the rebalance listener takes longer than kafka-python's 0.1 s "blocking" threshold
     # on purpose (the state must be saved before the pairs are given up); that warning is noise here.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
@@ -116,6 +122,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             state.set_consumer_lag(health.lag)
             if experiments is not None:  # the pairs' experiment sums, taken on the consuming thread
                 experiments.set_parts({p: s.experiments for p, s in health.stats.items()})
+            state.set_kafka_outage(health.kafka_outage, health.kafka_outage_seconds)
 
     service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
                               on_health=on_health)
@@ -144,13 +151,25 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             server.stop()
         raise RankwatchError(f"cannot start consuming from {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
 
+    def backstop() -> None:
+        # Reached only if closing hangs past the service's own bound (shutdown_timeout): the state is safe
+        # in the last committed checkpoint, so this is still a clean exit.
+        logging.getLogger("rankwatch").warning("shutdown took longer than %.0f s: exiting now",
+                                               cfg.kafka.shutdown_timeout_s + 10)
+        logging.shutdown()
+        os._exit(0)
+
     def on_signal(signum: int, _frame: object) -> None:
+        if not service.stopping:
+            timer = threading.Timer(cfg.kafka.shutdown_timeout_s + 10.0, backstop)
+            timer.daemon = True
+            timer.start()
         service.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if stop_requested:
-        service.stop()
+        on_signal(stop_requested[0], None)
     if scheduler is not None:
         scheduler.start()
     try:

@@ -1,0 +1,89 @@
+"""kafka-python 3.0.12 compatibility: the parked-records repair, and reads of its state without I/O.
+
+The repair concerns paused partitions' parsed records ("parked" records).
+
+kafka-python's port of KAFKA-7548 moves the parsed records of a partition that is paused while they sit
+in the fetcher's in-line slot (``Fetcher._next_partition_records``) into ``_paused_partition_records``.
+On the next ``fetched_records`` call it gives them back only when the in-line slot ``is None``. But once a
+slot's records are all handed out, the fetcher keeps the drained (falsy) ``PartitionRecords`` object in the
+slot instead of resetting it to None, so the parked records are never given back. Parked partitions are
+also left out of every fetch request (``_fetchable_partitions``): a partition paused at that moment is
+never returned nor fetched again, for good, with no log line.
+
+rankwatch's flow control (pause a topic-partition at ``max_buffered_records``, resume at half) hits this
+on every backlog: the clicks buffer fills first, is paused, and its records never come back; the pair
+then waits for clicks forever (issue 15).
+
+:func:`release_parked`, called before every ``poll()``, empties a drained slot (sets it to None), which is
+exactly the state the fetcher's own code expects; kafka-python then returns the parked records itself.
+Nothing is lost nor fetched twice: the parked object keeps its records and its fetch offset, and the
+fetcher still checks that offset against the partition's position before returning anything. It touches
+two private attributes and does nothing when they are absent (another kafka-python version).
+
+:func:`known_position` and :func:`cached_partitions` read the consumer's own state where kafka-python's
+public calls would do network I/O without a time limit (which hung the loop, and SIGTERM, in an outage).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def release_parked(consumer: Any) -> bool:
+    """Reset the fetcher's drained in-line slot to None when parked records wait behind it.
+
+    Returns True when a slot was reset (for tests); False when nothing was to do or the private
+    attributes are not there.
+    """
+    fetcher = getattr(consumer, "_fetcher", None)
+    parked = getattr(fetcher, "_paused_partition_records", None)
+    if fetcher is None or not parked or not hasattr(fetcher, "_next_partition_records"):
+        return False
+    slot = fetcher._next_partition_records
+    if slot is not None and not slot:
+        fetcher._next_partition_records = None
+        return True
+    return False
+
+
+def parked_partitions(consumer: Any) -> set[Any]:
+    """Topic-partitions whose parsed records the fetcher holds back (empty when not applicable)."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    return set(getattr(fetcher, "_paused_partition_records", None) or ())
+
+
+def known_position(consumer: Any, tp: Any) -> int | None:
+    """The fetch position of ``tp`` as the consumer knows it, without any I/O (None if unknown).
+
+    kafka-python 3.0.12's ``position()`` refreshes committed offsets and validates positions over the
+    network with no time limit by default: with the broker away it blocked the loop for good (and SIGTERM
+    with it). This reads the subscription state instead; where that is not available it asks
+    ``position()`` with a short bound.
+    """
+    subscription = getattr(consumer, "_subscription", None)
+    assignment = getattr(subscription, "assignment", None)
+    if isinstance(assignment, dict):
+        state = assignment.get(tp)
+        if state is None:
+            return None
+        position = getattr(state, "position", None)
+        offset = getattr(position, "offset", position)
+        return None if offset is None else int(offset)
+    try:
+        offset = consumer.position(tp, timeout_ms=100)
+    except Exception:  # noqa: BLE001 - not assigned, or not known within the bound
+        return None
+    return None if offset is None else int(offset)
+
+
+def cached_partitions(consumer: Any, topic: str) -> set[int] | None:
+    """Partitions of ``topic`` in the consumer's metadata cache, without I/O (None: not in the cache).
+
+    ``partitions_for_topic()`` fetches all topics' metadata, unbounded, when the topic is not cached.
+    kafka-python refreshes the cache itself (``metadata_max_age_ms``, and on errors).
+    """
+    cluster = getattr(consumer, "_cluster", None)
+    if cluster is None or not hasattr(cluster, "partitions_for_topic"):
+        return None
+    partitions = cluster.partitions_for_topic(topic)
+    return None if partitions is None else set(partitions)

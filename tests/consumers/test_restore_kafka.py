@@ -1,0 +1,84 @@
+"""A checkpoint restore longer than the session timeout does not expel the member (issue 15, item 2).
+
+The restore runs on the loop thread while kafka-python's I/O thread keeps heartbeating
+(consumers/rebalance.py). Here the restore is made to take 9 s of CPU (a busy loop in front of the real
+``StreamProcessor.restore``, as a restore of about a million pending requests would) against a 6 s session
+timeout. Before, the restore ran in the rebalance callback on the I/O thread: heartbeats stopped, the
+member was expelled and the group rebalanced again. The oracle: the restarted instance is assigned its
+pairs once, restores them once, and the windows equal the truth.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_helpers import (
+    ROOT,
+    STARTED,
+    consuming_count,
+    start_run,
+    stop_run,
+    wait_consuming,
+    wait_for,
+    write_config,
+)
+from kafka_oracle import expected_windows
+from test_service_kafka import WINDOWS, _assert_matches, _create, _produce, _traffic, _windows_by_identity
+
+from rankwatch.pipeline.generator import generate_with_truth
+
+pytestmark = pytest.mark.kafka
+
+SLOW_RESTORE = """
+import sys, time
+from rankwatch.pipeline import stream
+real = stream.StreamProcessor.restore.__func__
+def slow(cls, *args, **kwargs):
+    end = time.monotonic() + {delay}
+    while time.monotonic() < end:  # CPU, as a large restore: the GIL is released only at switch intervals
+        pass
+    print("restore done", flush=True)
+    return real(cls, *args, **kwargs)
+stream.StreamProcessor.restore = classmethod(slow)
+from rankwatch.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _start_slow(config: Path, out: Path, log: Path, delay: float) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_RESTORE.format(delay=delay), "run", "--config", str(config),
+                             "--windows-out", str(out)], cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    STARTED.append(proc)
+    return proc
+
+
+def test_restore_longer_than_the_session_timeout_keeps_the_member(kafka_broker: Any, unique: str, tmp_path: Path) -> None:
+    events, rows = generate_with_truth(_traffic(41, minutes=4, rate=10))
+    half = len(events) // 2
+    _create(kafka_broker.bootstrap, unique, 2)
+    want = expected_windows(rows, windows=WINDOWS, partitions=2)
+    config = write_config(tmp_path / "run.toml", bootstrap=kafka_broker.bootstrap, prefix=unique,
+                          checkpoint_interval="500ms")  # session_timeout 6s
+    outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    _produce(kafka_broker.bootstrap, unique, events[:half], close=False, partitions=2)
+    a = start_run(config, outs[0], log_a)
+    wait_consuming(log_a, 0, procs=(a,))
+    wait_for(lambda: outs[0].exists() and outs[0].stat().st_size > 0, timeout=60, what="A's first window", procs=(a,))
+    assert stop_run(a) == 0, log_a.read_text()[-3000:]  # final checkpoint committed: B must restore it
+    b = _start_slow(config, outs[1], log_b, delay=9.0)
+    try:
+        wait_consuming(log_b, 0, procs=(b,), timeout=90)
+        _produce(kafka_broker.bootstrap, unique, events[half:], close=True, partitions=2)
+        wait_for(lambda: set(want) <= set(_windows_by_identity(*outs)), timeout=120, what="all windows", procs=(b,))
+    finally:
+        assert stop_run(b) == 0, log_b.read_text()[-3000:]
+    text = log_b.read_text(errors="replace")
+    # Two pairs restored, each once; the member was assigned once (an expulsion would assign it again).
+    assert text.count("restore done") == 2, text[-3000:]
+    assert consuming_count(log_b) == 1, text[-3000:]
+    _assert_matches(_windows_by_identity(*outs), want)
