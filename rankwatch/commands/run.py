@@ -57,6 +57,9 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     # on purpose (the state must be saved before the pairs are given up); that warning is noise here.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     cfg = load_config(config_path)
+    from rankwatch.crc import log_crc32c
+
+    log_crc32c(logging.getLogger("rankwatch"))  # after the config: a bad config stays a one-line error
     out_path = windows_out or cfg.windows_out
 
     class _WallClock:
