@@ -34,6 +34,9 @@ from rankwatch.pipeline.clock import ManualClock  # noqa: E402
 from rankwatch.pipeline.generator import GeneratedEvent, TrafficConfig, generate_events  # noqa: E402
 from rankwatch.pipeline.options import MetricOptions  # noqa: E402
 from rankwatch.pipeline.stream import StreamConfig, StreamProcessor  # noqa: E402
+from rankwatch.pipeline.validation import _FEEDBACK_DECODER, _IMPRESSION_DECODER  # noqa: E402
+
+dec_imp, dec_fb = _IMPRESSION_DECODER.decode, _FEEDBACK_DECODER.decode
 
 RATE = 2_000  # requests per second of event time
 
@@ -68,6 +71,18 @@ def run_core(events: list[GeneratedEvent]) -> tuple[float, int]:
             imp(e.value)
         else:
             fb(e.value)
+    proc.flush()
+    elapsed = time.perf_counter() - t0
+    return elapsed, proc.stats().finalized_requests
+
+
+def run_core_batch(events: list[GeneratedEvent], batch: int = 1_000) -> tuple[float, int]:
+    """The batch path: ``process_batch`` per ``batch`` events (a poll of one partition pair)."""
+    proc = StreamProcessor(StreamConfig(), clock=ManualClock())
+    t0 = time.perf_counter()
+    for i in range(0, len(events), batch):
+        chunk = events[i:i + batch]
+        proc.process_batch([e.stream == "impressions" for e in chunk], [e.value for e in chunk])
     proc.flush()
     elapsed = time.perf_counter() - t0
     return elapsed, proc.stats().finalized_requests
@@ -196,25 +211,37 @@ def main() -> None:
     events = build_events(args.requests)
     n_imp = sum(e.stream == "impressions" for e in events)
     print(f"events: {len(events)} ({n_imp} impressions of 20 items, {len(events) - n_imp} clicks)")
-    core, ref, floor = [], [], []
+    core, batched, ref, floor, typed = [], [], [], [], []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
         for e in events:
             msgspec.json.decode(e.value)
         floor.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for e in events:
+            (dec_imp if e.stream == "impressions" else dec_fb)(e.value)
+        typed.append(time.perf_counter() - t0)
         t, n = run_core(events)
         core.append(t)
+        t, n_b = run_core_batch(events)
+        batched.append(t)
+        assert n_b == n, (n_b, n)
         t, n_ref = run_reference(events)
         ref.append(t)
         assert n == n_ref == n_imp, (n, n_ref, n_imp)
-    tc, tr = statistics.median(core), statistics.median(ref)
-    print(f"core:      {n_imp / tc:10,.0f} requests/s  {len(events) / tc:10,.0f} events/s  "
+    tc, tr, tb = statistics.median(core), statistics.median(ref), statistics.median(batched)
+    print(f"batch:     {n_imp / tb:10,.0f} requests/s  {len(events) / tb:10,.0f} events/s  "
+          f"{n_imp * 20 / tb:12,.0f} items/s  (median of {args.repeat}: {tb:.2f} s; process_batch per 1,000 events)")
+    print(f"per-record:{n_imp / tc:10,.0f} requests/s  {len(events) / tc:10,.0f} events/s  "
           f"{n_imp * 20 / tc:12,.0f} items/s  (median of {args.repeat}: {tc:.2f} s)")
     print(f"reference: {n_imp / tr:10,.0f} requests/s  {len(events) / tr:10,.0f} events/s  "
           f"{n_imp * 20 / tr:12,.0f} items/s  (median of {args.repeat}: {tr:.2f} s)")
     tf = statistics.median(floor)
     print(f"decode only (msgspec to dicts, no join): {n_imp / tf:10,.0f} requests/s  {len(events) / tf:10,.0f} events/s")
-    print(f"core / reference throughput: {tr / tc:.2f}x; core time / decode-only time: {tc / tf:.2f}x")
+    tt = statistics.median(typed)
+    print(f"decode only (msgspec to the core's typed structs): {n_imp / tt:10,.0f} requests/s")
+    print(f"batch / per-record: {tc / tb:.2f}x; batch / reference: {tr / tb:.2f}x; per-record / reference: {tr / tc:.2f}x")
+    print(f"time over the decode-only floor: batch {tb / tf:.2f}x (typed structs {tb / tt:.2f}x), per-record {tc / tf:.2f}x")
     mem_events = events if args.memory_requests == args.requests else build_events(args.memory_requests)
     del events
     for which in ("core", "reference"):

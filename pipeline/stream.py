@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -36,6 +36,7 @@ from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import LabelCapper, SliceKey, SliceSpec
 from rankwatch.pipeline.snapshot import decode_snapshot, encode_snapshot
+from rankwatch.pipeline.stream_batch import process_batch
 from rankwatch.pipeline.validation import (
     DEFAULT_ACTION_GRADES,
     Rejection,
@@ -169,6 +170,7 @@ class StreamProcessor:
         self._combo_ids: dict[tuple[str, ...], int] = {}
         self._combo_keys: list[SliceKey] = []
         self._combo_cache: dict[tuple[str, ...], int] = {}  # raw values that needed no folding -> combo
+        self._wire_combo: dict[tuple[str | None, ...], int] = {}  # the same, keyed by wire labels (batch path)
         self._imp = dict.fromkeys(OUTCOMES, 0)
         self._clk = dict.fromkeys(OUTCOMES, 0)
         self._rejects: dict[tuple[str, str], int] = {}
@@ -207,6 +209,17 @@ class StreamProcessor:
                 return out
         self._imp["accepted"] += 1
         return out
+
+    def process_batch(
+        self, kinds: Sequence[bool], values: Sequence[bytes], *, partition: int | None = None,
+        offsets: Sequence[int] | None = None, topics: tuple[str, str] = ("impressions", "clicks"),
+    ) -> list[PublishedWindow]:
+        """Process a poll's records at once (``kinds[i]``: impression?); equal to the per-record calls.
+
+        See :mod:`pipeline.stream_batch`: the source of record ``i`` is ``(topics[kind], partition,
+        offsets[i])``, built only for a dead letter.
+        """
+        return process_batch(self, kinds, values, partition=partition, offsets=offsets, topics=topics)
 
     def _first_sighting(
         self, eid: str, ts_ms: int, source: SourceRef | None, counts: dict[str, int]
@@ -302,7 +315,10 @@ class StreamProcessor:
             self.dead_letters.send(DeadLetter(stream, raw, rejection.reason, rejection.detail, source))
 
     def _combo(self, imp: Impression) -> int:
-        raw = self._labels_of(imp)
+        return self._combo_raw(self._labels_of(imp))
+
+    def _combo_raw(self, raw: tuple[str, ...]) -> int:
+        """The combo id of raw slice-label values (folding values past the cap into ``__other__``)."""
         combo = self._combo_cache.get(raw)
         if combo is not None:
             return combo
@@ -328,8 +344,11 @@ class StreamProcessor:
         self._pending.add_feedback(slot, (entry[0], entry[1], fts, counted))
 
     def _observe(self, source: SourceRef | None, ts_ms: int) -> list[PublishedWindow]:
+        return self._observe_at(None if source is None else source.partition, ts_ms)
+
+    def _observe_at(self, partition: int | None, ts_ms: int) -> list[PublishedWindow]:
         watermark = self._watermark
-        wm = watermark.observe(None if source is None else source.partition, ts_ms)
+        wm = watermark.observe(partition, ts_ms)
         if not watermark.partitioned:
             self._skip_observe_upto = watermark.max_ts[-1]  # type: ignore[assignment]
         if wm is None or (self._wm_step is not None and wm < self._wm_step + self._step):

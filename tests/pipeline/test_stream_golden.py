@@ -62,6 +62,22 @@ def feed_per_record(proc: StreamProcessor, events: list[tuple[str, bytes, int]],
     return out
 
 
+def feed_batches(proc: StreamProcessor, events: list[tuple[str, bytes, int]], rng: random.Random,
+                 start: int = 0, max_batch: int = 400) -> list[Any]:
+    """``process_batch`` over random cuts of ``events`` (a cut also ends where the partition changes)."""
+    out: list[Any] = []
+    i = 0
+    while i < len(events):
+        j = min(len(events), i + rng.randint(1, max_batch))
+        part = events[i][2]
+        k = next((m for m in range(i, j) if events[m][2] != part), j)
+        chunk = events[i:k]
+        out += proc.process_batch([s == "impressions" for s, _, _ in chunk], [raw for _, raw, _ in chunk],
+                                  partition=part, offsets=range(start + i, start + k), topics=("imp", "clk"))
+        i = k
+    return out
+
+
 def outcome(proc: StreamProcessor, windows: list[Any], sink: ListDeadLetterSink) -> dict[str, Any]:
     stats = dataclasses.asdict(proc.stats())
     stats["rejects"] = {f"{s}/{r}": n for (s, r), n in sorted(stats["rejects"].items())}
@@ -139,6 +155,33 @@ def test_snapshot_restore_midway_matches_golden(golden: dict[str, Any], name: st
     out = feed_per_record(proc, events[:cut])
     proc = StreamProcessor.restore(proc.snapshot(), config=CONFIGS[name][0], clock=ManualClock(), dead_letters=sink)
     out += feed_per_record(proc, events[cut:], start=cut)
+    out += proc.flush()
+    assert_contains(_normalised(outcome(proc, out, sink)), golden[f"{name}/{seed}"])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("max_batch", [1, 7, 400, 10_000])
+def test_batches_match_golden(golden: dict[str, Any], name: str, seed: int, max_batch: int) -> None:
+    events = _events(seed)
+    sink = ListDeadLetterSink()
+    proc = _processor(name, sink)
+    out = feed_batches(proc, events, random.Random(max_batch), max_batch=max_batch)
+    out += proc.flush()
+    assert_contains(_normalised(outcome(proc, out, sink)), golden[f"{name}/{seed}"])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_batches_with_snapshot_restore_midway_match_golden(golden: dict[str, Any], name: str, seed: int) -> None:
+    events = _events(seed)
+    sink = ListDeadLetterSink()
+    proc = _processor(name, sink)
+    rng = random.Random(seed + 100)
+    cut = rng.randrange(len(events) // 4, 3 * len(events) // 4)
+    out = feed_batches(proc, events[:cut], rng)
+    proc = StreamProcessor.restore(proc.snapshot(), config=CONFIGS[name][0], clock=ManualClock(), dead_letters=sink)
+    out += feed_batches(proc, events[cut:], rng, start=cut)
     out += proc.flush()
     assert_contains(_normalised(outcome(proc, out, sink)), golden[f"{name}/{seed}"])
 
