@@ -123,7 +123,7 @@ def test_without_offsets_no_source_is_attached() -> None:
 def _dense(rng: Any, n: int) -> list[tuple[bool, bytes, int]]:
     """Mostly clean events on a coarse time grid, so boundaries (ts == deadline, == request ts) are common."""
     seq: list[tuple[bool, bytes, int]] = []
-    for e in range(n):
+    for _ in range(n):
         rid, ts, p = f"r{rng.randrange(4)}", T0 + 1_000 * rng.randrange(16), rng.randrange(2)
         eid = f"e{rng.randrange(3 * n)}"
         if rng.random() < 0.4:
