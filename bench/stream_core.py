@@ -41,13 +41,13 @@ dec_imp, dec_fb = _IMPRESSION_DECODER.decode, _FEEDBACK_DECODER.decode
 RATE = 2_000  # requests per second of event time
 
 
-def build_events(n_requests: int, seed: int = 7) -> list[GeneratedEvent]:
+def build_events(n_requests: int, seed: int = 7, rate: float = RATE) -> list[GeneratedEvent]:
     """``n_requests`` requests' events in delivery order (a generated base, replicated with new ids)."""
     base_n = min(n_requests, 5_000)
-    cfg = TrafficConfig(seed=seed, start=datetime(2026, 11, 30, tzinfo=UTC), requests_per_second=RATE,
-                        duration_s=base_n / RATE)
+    cfg = TrafficConfig(seed=seed, start=datetime(2026, 11, 30, tzinfo=UTC), requests_per_second=rate,
+                        duration_s=base_n / rate)
     base = list(generate_events(cfg))
-    span_ms = int(base_n / RATE * 1000)
+    span_ms = int(base_n / rate * 1000)
     dec, enc = msgspec.json.Decoder(), msgspec.json.Encoder()
     decoded = [(e.stream, dec.decode(e.value), e.ts_ms) for e in base]
     out: list[GeneratedEvent] = []

@@ -105,6 +105,76 @@ class FinalizedBatch:
         return cls([], ts, combo, labels, scores, offsets)
 
 
+@dataclass(slots=True)
+class FinalizedLists:
+    """A finalized bucket as plain lists (what :func:`materialize` turns into a :class:`FinalizedBatch`).
+
+    Requests are in ``(request_ts, request_id)`` order, so ``ts_ms`` ascends; ``score_parts[r]`` is request
+    ``r``'s float64 scores as bytes; ``label_at`` are flat item indices into the concatenated items.
+    """
+
+    request_ids: list[str]
+    ts_ms: list[int]
+    combo: list[int]
+    lengths: list[int]
+    score_parts: list[bytes]
+    label_at: list[int]
+    label_grade: list[int]
+    n_items: int
+    feedback_accepted: int = 0
+    feedback_late: int = 0
+    feedback_detached: int = 0
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.request_ids)
+
+    def split(self, at: int) -> tuple[FinalizedLists, FinalizedLists]:
+        """The requests before index ``at`` and from it on (counters stay with the first part)."""
+        cut = sum(self.lengths[:at])
+        first = [i for i, a in enumerate(self.label_at) if a < cut]
+        second = [i for i, a in enumerate(self.label_at) if a >= cut]
+        return (
+            FinalizedLists(self.request_ids[:at], self.ts_ms[:at], self.combo[:at], self.lengths[:at],
+                           self.score_parts[:at], [self.label_at[i] for i in first],
+                           [self.label_grade[i] for i in first], cut, self.feedback_accepted, self.feedback_late,
+                           self.feedback_detached),
+            FinalizedLists(self.request_ids[at:], self.ts_ms[at:], self.combo[at:], self.lengths[at:],
+                           self.score_parts[at:], [self.label_at[i] - cut for i in second],
+                           [self.label_grade[i] for i in second], self.n_items - cut),
+        )
+
+
+def materialize(parts: list[FinalizedLists]) -> FinalizedBatch:
+    """One :class:`FinalizedBatch` of ``parts`` in order (equal to ``FinalizedBatch.concat`` of each one's)."""
+    ts: list[int] = []
+    combo: list[int] = []
+    lengths: list[int] = []
+    scores_b: list[bytes] = []
+    label_at: list[int] = []
+    label_grade: list[int] = []
+    request_ids: list[str] = []
+    base = 0
+    for p in parts:
+        ts += p.ts_ms
+        combo += p.combo
+        lengths += p.lengths
+        scores_b += p.score_parts
+        request_ids += p.request_ids
+        label_at += [base + a for a in p.label_at] if base else p.label_at
+        label_grade += p.label_grade
+        base += p.n_items
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    scores = np.frombuffer(b"".join(scores_b), dtype="<f8").astype(np.float64)
+    labels = np.zeros(scores.size, dtype=np.float64)
+    if label_at:
+        np.maximum.at(labels, np.array(label_at, dtype=np.intp), np.array(label_grade, dtype=np.float64))
+    return FinalizedBatch(request_ids, np.array(ts, dtype=np.int64), np.array(combo, dtype=np.int64), labels, scores,
+                          offsets, sum(p.feedback_accepted for p in parts), sum(p.feedback_late for p in parts),
+                          sum(p.feedback_detached for p in parts))
+
+
 class PendingRequests:
     """Pending requests in packed columns, bucketed by finalization deadline."""
 
@@ -259,11 +329,15 @@ class PendingRequests:
         return sorted(live, key=lambda s: (ts[s], rid[s]))
 
     def finalize(self, slots: list[int]) -> FinalizedBatch:
-        """Remove ``slots`` and return their flat, labelled lists.
+        """Remove ``slots`` and return their flat, labelled arrays (:meth:`finalize_lists`, materialized)."""
+        return materialize([self.finalize_lists(slots)])
+
+    def finalize_lists(self, slots: list[int]) -> FinalizedLists:
+        """Remove ``slots`` and return their flat, labelled lists, without numpy (cheap for small buckets).
 
         Labels are gathered as flat ``(item index, grade)`` pairs and written with one ``np.maximum.at``
-        (the label of an item is the largest grade attributed to it), so requests without feedback cost
-        no per-item work and requests with feedback no per-request array.
+        when the lists are materialized (the label of an item is the largest grade attributed to it), so
+        requests without feedback cost no per-item work and requests with feedback no per-request array.
         """
         att = self.attribution_window_ms
         records, counts, feedback, ts, rids = self.record, self.count, self.feedback, self.ts, self.rid
@@ -309,16 +383,9 @@ class PendingRequests:
             records[s] = None
             positions[s] = None
             free.append(s)
-        combo_arr = np.array([self.combo[s] for s in slots], dtype=np.int64)
         self.n_items -= base
-        offsets = np.zeros(len(slots) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        scores = np.frombuffer(b"".join(score_parts), dtype="<f8").astype(np.float64)
-        labels = np.zeros(scores.size, dtype=np.float64)
-        if label_at:
-            np.maximum.at(labels, np.array(label_at, dtype=np.intp), np.array(label_grade, dtype=np.float64))
-        return FinalizedBatch(request_ids, np.array(ts_list, dtype=np.int64), combo_arr, labels, scores, offsets,
-                              accepted, late, detached)
+        return FinalizedLists(request_ids, ts_list, [self.combo[s] for s in slots], lengths, score_parts,
+                              label_at, label_grade, base, accepted, late, detached)
 
     # -- snapshot --------------------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import LabelCapper, SliceKey, SliceSpec
 from rankwatch.pipeline.snapshot import decode_snapshot, encode_snapshot
+from rankwatch.pipeline.staging import ListStaging
 from rankwatch.pipeline.stream_batch import process_batch
 from rankwatch.pipeline.validation import (
     DEFAULT_ACTION_GRADES,
@@ -45,7 +46,7 @@ from rankwatch.pipeline.validation import (
     impression_or_rejection,
 )
 from rankwatch.pipeline.watermark import Watermark
-from rankwatch.pipeline.windows import FinalizedStaging, WindowSet, parse_duration_ms
+from rankwatch.pipeline.windows import WindowSet, parse_duration_ms
 
 STREAMS = ("impressions", "clicks")
 OUTCOMES = ("accepted", "duplicate", "rejected", "orphan", "late")
@@ -157,7 +158,7 @@ class StreamProcessor:
         # the watermark (its partition is already marked active): such events skip Watermark.observe.
         self._skip_observe_upto = -1
         self._windows = WindowSet(cfg.windows, cfg.metric_options)
-        self._staging = FinalizedStaging(
+        self._staging = ListStaging(
             group_ms=math.gcd(*self._windows.sizes_ms), attribution_window_ms=cfg.attribution_window_ms
         )
         self._capper = LabelCapper(cfg.slice_spec.max_values_per_label)
@@ -382,7 +383,7 @@ class StreamProcessor:
         slots = self._pending.take_bucket()
         if not slots:
             return
-        batch = self._pending.finalize(slots)
+        batch = self._pending.finalize_lists(slots)
         self._clk["accepted"] += batch.feedback_accepted
         self._clk["late"] += batch.feedback_late
         self._detached += batch.feedback_detached

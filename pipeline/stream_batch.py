@@ -28,6 +28,7 @@ from rankwatch.pipeline.events import SourceRef
 from rankwatch.pipeline.join import _STRUCTS, SEP, _pack_scores
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.validation import _FEEDBACK_DECODER, _IMPRESSION_DECODER, MAX_GRADE, MAX_TS_MS
+from rankwatch.pipeline.watermark import _ANY, Watermark
 
 if TYPE_CHECKING:
     from rankwatch.pipeline.stream import StreamProcessor
@@ -73,6 +74,10 @@ def process_batch(
     labels_of = operator.attrgetter(*by) if len(by) > 1 else (lambda w: tuple([getattr(w, lbl) for lbl in by]))
     wire_combo = proc._wire_combo  # wire label tuple (None for absent) -> combo, for labels needing no folding
     skip = -1 if partitioned else proc._skip_observe_upto
+    max_ts, disorder, step = wmk.max_ts, wmk.allowed_disorder_ms, proc._step
+    ikey = _inline_key(wmk, p_key)
+    if ikey is not None:
+        skip = max_ts[ikey]  # type: ignore[assignment]
     slow_imp, slow_fb = proc.process_impression, proc.process_feedback
     add_packed = pending.add_packed
     observe = proc._observe_at
@@ -107,16 +112,28 @@ def process_batch(
             if w is None:
                 src = None if offsets is None else SourceRef(topics[0], partition, offsets[i])  # type: ignore[arg-type]
                 out += slow_imp(raw, source=src)
-                if not partitioned:
-                    skip = proc._skip_observe_upto
+                skip, ikey = _resync(proc, wmk, p_key)
                 continue
             eid = w.event_id
             if eid in seen_ids:
                 imp_counts["duplicate"] += 1
                 continue
             if ts > skip:
-                out += observe(p_key, ts)
-                skip = _skip_after(proc, wmk, p_key)
+                if ikey is not None:  # Watermark.observe + _observe_at for the one live partition, inlined
+                    skip = max_ts[ikey] = ts
+                    wm = ts - disorder
+                    v = wmk.value
+                    if v is None or wm > v:
+                        wmk.value = v = wm
+                    ws = proc._wm_step
+                    if ws is None or v >= ws + step:
+                        out += proc._maybe_advance(v)
+                else:
+                    out += observe(p_key, ts)
+                    skip = _skip_after(proc, wmk, p_key)
+                    ikey = _inline_key(wmk, p_key)
+                    if ikey is not None:
+                        skip = max_ts[ikey]  # type: ignore[assignment]
             tag = proc._wm_step or 0
             if tag == seen.tail_tag and len(seen_ids) < seen.capacity:
                 seen_ids.add(eid)
@@ -157,16 +174,28 @@ def process_batch(
             if f is None:
                 src = None if offsets is None else SourceRef(topics[1], partition, offsets[i])  # type: ignore[arg-type]
                 out += slow_fb(raw, source=src)
-                if not partitioned:
-                    skip = proc._skip_observe_upto
+                skip, ikey = _resync(proc, wmk, p_key)
                 continue
             eid = f.event_id
             if eid in seen_ids:
                 clk_counts["duplicate"] += 1
                 continue
             if fts > skip:
-                out += observe(p_key, fts)
-                skip = _skip_after(proc, wmk, p_key)
+                if ikey is not None:  # Watermark.observe + _observe_at for the one live partition, inlined
+                    skip = max_ts[ikey] = fts
+                    wm = fts - disorder
+                    v = wmk.value
+                    if v is None or wm > v:
+                        wmk.value = v = wm
+                    ws = proc._wm_step
+                    if ws is None or v >= ws + step:
+                        out += proc._maybe_advance(v)
+                else:
+                    out += observe(p_key, fts)
+                    skip = _skip_after(proc, wmk, p_key)
+                    ikey = _inline_key(wmk, p_key)
+                    if ikey is not None:
+                        skip = max_ts[ikey]  # type: ignore[assignment]
             tag = proc._wm_step or 0
             if tag == seen.tail_tag and len(seen_ids) < seen.capacity:
                 seen_ids.add(eid)
@@ -201,7 +230,25 @@ def process_batch(
     return out
 
 
-def _skip_after(proc: StreamProcessor, wmk: object, partition: int | None) -> int:
+def _inline_key(wmk: Watermark, partition: int | None) -> int | None:
+    """The watermark's one partition key when :meth:`Watermark.observe` reduces to ``max(value, ts -
+    disorder)`` for this batch's events: a single partition (or none), already seen since the last tick,
+    not idle, with a ``max_ts``. Else None (the full ``observe`` runs)."""
+    key = partition if wmk.partitioned else _ANY
+    if wmk.partitions != (key,) or key not in wmk.seen_since_tick or key in wmk.idle or wmk.max_ts.get(key) is None:
+        return None
+    return key
+
+
+def _resync(proc: StreamProcessor, wmk: Watermark, partition: int | None) -> tuple[int, int | None]:
+    """``skip`` and ``ikey`` after a per-record call (which may have observed a later ts)."""
+    ikey = _inline_key(wmk, partition)
+    if ikey is not None:
+        return wmk.max_ts[ikey], ikey  # type: ignore[return-value]
+    return _skip_after(proc, wmk, partition), None
+
+
+def _skip_after(proc: StreamProcessor, wmk: Watermark, partition: int | None) -> int:
     """The largest ts that can no longer change the watermark until the next tick.
 
     Without partitions that is the processor's own ``_skip_observe_upto``. With partitions, an event of
