@@ -70,7 +70,8 @@ def fill(boot: str, prefix: str, requests: int, partitions: int) -> int:
     return sum(report.sent.values())
 
 
-def confluent_rate(boot: str, prefix: str, partitions: int, total: int) -> float:
+def confluent_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float, float]:
+    """Messages per second of wall time and per second of this process's CPU time (all its threads)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer
     from confluent_kafka import TopicPartition as CTP
 
@@ -83,14 +84,14 @@ def confluent_rate(boot: str, prefix: str, partitions: int, total: int) -> float
         msgs = consumer.consume(num_messages=POLL_RECORDS, timeout=0.5)
         n = sum(1 for m in msgs if m.error() is None)
         if n and first is None:
-            first, n_first = time.perf_counter(), n
+            first, cpu0, n_first = time.perf_counter(), time.process_time(), n
         seen += n
-    elapsed = time.perf_counter() - (first or time.perf_counter())
+    elapsed, cpu = time.perf_counter() - (first or time.perf_counter()), time.process_time() - cpu0
     consumer.close()
-    return (seen - n_first) / elapsed
+    return (seen - n_first) / elapsed, (seen - n_first) / cpu
 
 
-def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> float:
+def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float, float]:
     tps = [TopicPartition(f"{prefix}-{t}", p) for t in ("imp", "clk") for p in range(partitions)]
     consumer = KafkaConsumer(bootstrap_servers=boot, enable_auto_commit=False, max_poll_records=POLL_RECORDS,
                              check_crcs=True)
@@ -102,15 +103,16 @@ def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> float:
         batch = consumer.poll(timeout_ms=500)
         n = sum(len(v) for v in batch.values())
         if n and first is None:
-            first, n_first = time.perf_counter(), n
+            first, cpu0, n_first = time.perf_counter(), time.process_time(), n
         seen += n
-    elapsed = time.perf_counter() - (first or time.perf_counter())
+    elapsed, cpu = time.perf_counter() - (first or time.perf_counter()), time.process_time() - cpu0
     consumer.close()
-    return (seen - n_first) / elapsed
+    return (seen - n_first) / elapsed, (seen - n_first) / cpu
 
 
 def _service_child(boot: str, prefix: str, group: str, quiet_s: float) -> None:
     """One ``rankwatch run`` (service + exporter state) until nothing was fed for ``quiet_s``; prints JSON."""
+    from rankwatch.commands.run import WindowBatcher
     from rankwatch.exporters.state import MetricsState
 
     settings = KafkaSettings(bootstrap_servers=(boot,), impressions_topic=f"{prefix}-imp", clicks_topic=f"{prefix}-clk",
@@ -118,8 +120,10 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float) -> None:
                              dead_letter_topic=f"{prefix}.dead-letters", max_poll_records=POLL_RECORDS)
     stream = StreamConfig(windows=("1m", "5m"), attribution_window_ms=60_000)  # windows close during the run
     state = MetricsState.for_stream(stream)
+    batcher = WindowBatcher(state.publish_windows)  # what rankwatch run wires
 
     def on_health(health: Any) -> None:
+        batcher.flush()
         if health.merged is not None:
             state.set_stream_stats(health.merged)
         state.set_consumer_lag(health.lag)
@@ -135,28 +139,31 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float) -> None:
         return out
 
     alignment.feed_pair = counting_feed  # type: ignore[assignment]
-    service = ConsumerService(settings, stream, on_window=state.publish_window, clock=WallClock(), on_health=on_health)
+    service = ConsumerService(settings, stream, on_window=batcher.add, clock=WallClock(), on_health=on_health)
     service.start()
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     first = last = None
     fed_first = fed = 0
+    cpu_first = cpu_last = 0.0
     while True:
         now, total = time.time(), counted[0]
         if total != fed:
+            cpu = time.process_time()
             if first is None:
-                first, fed_first = now, total
-            fed, last = total, now
+                first, fed_first, cpu_first = now, total, cpu
+            fed, last, cpu_last = total, now, cpu
         elif last is not None and now - last > quiet_s:
             break
         time.sleep(0.01)
     service.stop()
     thread.join(timeout=60)
-    print(json.dumps({"first": first, "last": last, "fed_first": fed_first, "fed": fed}))
+    print(json.dumps({"first": first, "last": last, "fed_first": fed_first, "fed": fed, "cpu": cpu_last - cpu_first}))
 
 
-def service_rate(boot: str, prefix: str, instances: int, total: int) -> float:
-    """``instances`` children in one fresh group; messages per second from the first record to the last."""
+def service_rate(boot: str, prefix: str, instances: int, total: int) -> tuple[float, float]:
+    """``instances`` children in one fresh group: messages per second of wall time from the first record to
+    the last, and per second of the children's CPU time (summed)."""
     group = f"{prefix}-{uuid.uuid4().hex[:6]}"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     procs = [subprocess.Popen([sys.executable, __file__, "--bootstrap-servers", boot, "--child", prefix, group],
@@ -167,7 +174,7 @@ def service_rate(boot: str, prefix: str, instances: int, total: int) -> float:
     first = min(r["first"] for r in results)
     last = max(r["last"] for r in results)
     starts = [r["fed_first"] for r in results if r["first"] == first]
-    return (fed - starts[0]) / (last - first)
+    return (fed - starts[0]) / (last - first), (fed - starts[0]) / sum(r["cpu"] for r in results)
 
 
 def publication_delay(boot: str, prefix: str, seconds: float) -> list[float]:
@@ -220,26 +227,35 @@ def main() -> None:
     total = fill(boot, prefix, args.requests, args.partitions)
     print(f"filled {total} messages ({args.requests} requests, 20 items each, {args.partitions} partitions per topic) "
           f"in {time.perf_counter() - t0:.1f} s")
-    rows: dict[str, list[float]] = {"confluent": [], "raw": [], "run": [], "run2": []}
+    rows: dict[str, list[tuple[float, float]]] = {"confluent": [], "raw": [], "run": [], "run2": []}
     for i in range(args.repeat):
+        # Interleaved, so a change of the machine's load hits every consumer alike.
         rows["confluent"].append(confluent_rate(boot, prefix, args.partitions, total))
         rows["raw"].append(raw_rate(boot, prefix, args.partitions, total))
         rows["run"].append(service_rate(boot, prefix, 1, total))
-        line = (f"run {i + 1}: confluent-kafka {rows['confluent'][-1]:,.0f} msg/s, kafka-python {rows['raw'][-1]:,.0f}, "
-                f"rankwatch run {rows['run'][-1]:,.0f} (run/kafka-python {rows['run'][-1] / rows['raw'][-1]:.2f}, "
-                f"run/confluent {rows['run'][-1] / rows['confluent'][-1]:.2f})")
+        (cw, cc), (rw, rc), (sw, sc) = rows["confluent"][-1], rows["raw"][-1], rows["run"][-1]
+        line = (f"run {i + 1}: msg/s wall (CPU): confluent-kafka {cw:,.0f} ({cc:,.0f}), kafka-python {rw:,.0f} ({rc:,.0f}), "
+                f"rankwatch run {sw:,.0f} ({sc:,.0f}); run/kafka-python {sw / rw:.2f} wall, {sc / rc:.2f} CPU")
         if not args.no_scale_out:
             rows["run2"].append(service_rate(boot, prefix, 2, total))
-            line += f"; 2 instances {rows['run2'][-1]:,.0f} ({rows['run2'][-1] / rows['run'][-1]:.2f}x one)"
+            line += f"; 2 instances {rows['run2'][-1][0]:,.0f} ({rows['run2'][-1][0] / sw:.2f}x one)"
         print(line, flush=True)
-    med = {k: statistics.median(v) for k, v in rows.items() if v}
-    ratios = [r / k for r, k in zip(rows["run"], rows["raw"], strict=True)]
-    print(f"median of {args.repeat}: confluent-kafka {med['confluent']:,.0f} msg/s, kafka-python {med['raw']:,.0f}, "
-          f"rankwatch run {med['run']:,.0f}; run/kafka-python ratios {', '.join(f'{r:.2f}' for r in ratios)} "
-          f"(median {statistics.median(ratios):.2f}, goal >= 0.6); kafka-python/confluent {med['raw'] / med['confluent']:.2f}")
+
+    def med(key: str, k: int) -> float:
+        return statistics.median(r[k] for r in rows[key])
+
+    wall = [s[0] / r[0] for s, r in zip(rows["run"], rows["raw"], strict=True)]
+    cpu = [s[1] / r[1] for s, r in zip(rows["run"], rows["raw"], strict=True)]
+    print(f"median of {args.repeat}, msg/s wall (CPU): confluent-kafka {med('confluent', 0):,.0f} ({med('confluent', 1):,.0f}), "
+          f"kafka-python {med('raw', 0):,.0f} ({med('raw', 1):,.0f}), rankwatch run {med('run', 0):,.0f} ({med('run', 1):,.0f})")
+    print(f"rankwatch run / kafka-python per run: wall {', '.join(f'{r:.2f}' for r in wall)} (median "
+          f"{statistics.median(wall):.2f}, goal >= 0.6); CPU {', '.join(f'{r:.2f}' for r in cpu)} (median "
+          f"{statistics.median(cpu):.2f}); kafka-python / confluent-kafka {med('raw', 0) / med('confluent', 0):.2f} wall")
+    print(f"per message: kafka-python {1e6 / med('raw', 1):.1f} us CPU, rankwatch run {1e6 / med('run', 1):.1f} us CPU "
+          f"(rankwatch adds {1e6 / med('run', 1) - 1e6 / med('raw', 1):.1f} us)")
     if rows["run2"]:
-        scale = [b / a for a, b in zip(rows["run"], rows["run2"], strict=True)]
-        print(f"two instances / one: {', '.join(f'{x:.2f}' for x in scale)} (median {statistics.median(scale):.2f}; "
+        scale = [b[0] / a[0] for a, b in zip(rows["run"], rows["run2"], strict=True)]
+        print(f"two instances / one (wall): {', '.join(f'{x:.2f}' for x in scale)} (median {statistics.median(scale):.2f}; "
               "the broker runs on the same 2 cores)")
     if args.paced_seconds > 0:
         delays = publication_delay(boot, prefix + "-paced", args.paced_seconds)

@@ -46,13 +46,17 @@ class ListStaging:
 
     def complete(self, watermark_ms: int | None) -> list[FinalizedBatch]:
         """Pop the groups that can receive no more requests (all when ``watermark_ms`` is None)."""
-        if not self.groups:
+        if not self.groups or (watermark_ms is not None and watermark_ms < self.first_due()):
             return []
         keys = sorted(
             k for k in self.groups
             if watermark_ms is None or (k + 1) * self.group_ms + self.attribution_window_ms <= watermark_ms
         )
         return [self._pop(k) for k in keys]
+
+    def first_due(self) -> int:
+        """The watermark at which the earliest staged group is complete."""
+        return (min(self.groups) + 1) * self.group_ms + self.attribution_window_ms
 
     def _pop(self, k: int) -> FinalizedBatch:
         del self.items[k]

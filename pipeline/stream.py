@@ -371,7 +371,11 @@ class StreamProcessor:
         self._finalized.expire(ws)
         for staged in self._staging.complete(ws):
             self._aggregate(staged)
-        return self._windows.close(ws - self._attr, self._combo_keys, self.partitions)
+        horizon = ws - self._attr
+        windows = self._windows
+        if not windows.open or horizon < min(start + windows.sizes_ms[i] for i, start in windows.open):
+            return []  # no open window ends by the horizon: close would publish nothing
+        return windows.close(horizon, self._combo_keys, self.partitions)
 
     def _evict(self) -> list[PublishedWindow]:
         """At the pending cap: finalize the earliest bucket now (counted as evicted)."""

@@ -30,6 +30,31 @@ def window_sink(*targets: Callable[[Any], object]) -> Callable[[Any], None]:
     return sink
 
 
+class WindowBatcher:
+    """Windows for the exporter, handed over in one ``publish_windows`` call per :meth:`flush`.
+
+    The exporter rebuilds its online gauges (merging partitions, AUCs, rollups) once per call; a Kafka
+    backlog replayed fast publishes many windows a second, and one rebuild each cost more than the whole
+    streaming core (docs/benchmarks.md). ``rankwatch run`` flushes on every health refresh (about once a
+    second, and at shutdown), so /metrics shows a window at most about a second after it closed.
+    """
+
+    def __init__(self, publish_many: Callable[[list[Any]], object], *, max_pending: int = 1_000) -> None:
+        self.publish_many = publish_many
+        self.max_pending = max_pending
+        self.pending: list[Any] = []
+
+    def add(self, window: Any) -> None:
+        self.pending.append(window)
+        if len(self.pending) >= self.max_pending:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            batch, self.pending = self.pending, []
+            self.publish_many(batch)
+
+
 @click.command("run")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="TOML configuration (see docs/kafka.md and examples/rankwatch.toml).")
@@ -70,7 +95,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     targets: list[Callable[[Any], object]] = []
     if writer is not None:
         targets.append(writer.write)
-    state = server = watcher = scheduler = None
+    state = server = watcher = scheduler = batcher = None
     if cfg.exporter.enabled:
         from rankwatch.exporters.baselines import BaselineWatcher
         from rankwatch.exporters.collector import build_registry
@@ -79,7 +104,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         from rankwatch.exporters.state import MetricsState
 
         state = MetricsState.for_stream(cfg.stream)
-        targets.append(state.publish_window)
+        batcher = WindowBatcher(state.publish_windows)
+        targets.append(batcher.add)
         if cfg.baselines:
             watcher = BaselineWatcher(list(cfg.baselines), state)
             watcher.load_initial()
@@ -87,6 +113,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             scheduler = ExporterScheduler(baselines=watcher, reload_interval_s=cfg.baseline_reload_ms / 1000)
 
     def on_health(health: ServiceHealth) -> None:
+        if batcher is not None:
+            batcher.flush()
         if state is not None:
             if health.merged is not None:
                 state.set_stream_stats(health.merged)
@@ -128,6 +156,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     try:
         service.run()
     finally:
+        if batcher is not None:
+            batcher.flush()
         if scheduler is not None:
             scheduler.stop()
         if writer is not None:
