@@ -23,6 +23,7 @@ Prints each run, medians over ``--repeat`` runs, and the ratios within each run 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -55,11 +56,10 @@ class WallClock:
         return datetime.now(UTC)
 
 
-def fill(boot: str, prefix: str, requests: int, partitions: int) -> int:
+def fill(boot: str, prefix: str, requests: int, partitions: int, rate: float = 50.0) -> int:
     client = {"bootstrap_servers": [boot]}
     for t in ("imp", "clk"):
         ensure_topic(client, f"{prefix}-{t}", partitions=partitions)
-    rate = 50.0
     cfg = TrafficConfig(seed=1, start=datetime.now(UTC) - timedelta(seconds=requests / rate + 3600),
                         requests_per_second=rate, duration_s=requests / rate, items_per_request=20,
                         duplicate_rate=0.01, malformed_rate=0.005, out_of_order_ms=2000, attribution_window_ms=60_000)
@@ -110,7 +110,13 @@ def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float
     return (seen - n_first) / elapsed, (seen - n_first) / cpu
 
 
-def _service_child(boot: str, prefix: str, group: str, quiet_s: float) -> None:
+def stream_config(windows: str, attribution: str) -> StreamConfig:
+    from rankwatch.pipeline.windows import parse_duration_ms
+
+    return StreamConfig(windows=tuple(windows.split(",")), attribution_window_ms=parse_duration_ms(attribution))
+
+
+def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: StreamConfig) -> None:
     """One ``rankwatch run`` (service + exporter state) until nothing was fed for ``quiet_s``; prints JSON."""
     from rankwatch.commands.run import WindowBatcher
     from rankwatch.exporters.state import MetricsState
@@ -118,7 +124,6 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float) -> None:
     settings = KafkaSettings(bootstrap_servers=(boot,), impressions_topic=f"{prefix}-imp", clicks_topic=f"{prefix}-clk",
                              group_id=group, checkpoint_topic=f"{prefix}.checkpoints",
                              dead_letter_topic=f"{prefix}.dead-letters", max_poll_records=POLL_RECORDS)
-    stream = StreamConfig(windows=("1m", "5m"), attribution_window_ms=60_000)  # windows close during the run
     state = MetricsState.for_stream(stream)
     batcher = WindowBatcher(state.publish_windows)  # what rankwatch run wires
 
@@ -141,6 +146,7 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float) -> None:
     alignment.feed_pair = counting_feed  # type: ignore[assignment]
     service = ConsumerService(settings, stream, on_window=batcher.add, clock=WallClock(), on_health=on_health)
     service.start()
+    gc.freeze()  # as rankwatch run does
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     first = last = None
@@ -161,12 +167,12 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float) -> None:
     print(json.dumps({"first": first, "last": last, "fed_first": fed_first, "fed": fed, "cpu": cpu_last - cpu_first}))
 
 
-def service_rate(boot: str, prefix: str, instances: int, total: int) -> tuple[float, float]:
+def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list[str]) -> tuple[float, float]:
     """``instances`` children in one fresh group: messages per second of wall time from the first record to
     the last, and per second of the children's CPU time (summed)."""
     group = f"{prefix}-{uuid.uuid4().hex[:6]}"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    procs = [subprocess.Popen([sys.executable, __file__, "--bootstrap-servers", boot, "--child", prefix, group],
+    procs = [subprocess.Popen([sys.executable, __file__, "--bootstrap-servers", boot, *extra, "--child", prefix, group],
                               stdout=subprocess.PIPE, text=True, env=env) for _ in range(instances)]
     results = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
     fed = sum(r["fed"] for r in results)
@@ -214,30 +220,37 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-scale-out", action="store_true", help="skip the two-instance runs")
     parser.add_argument("--paced-seconds", type=float, default=0.0, help="also measure the publication delay")
+    parser.add_argument("--rate", type=float, default=50.0,
+                        help="requests per second of event time in the filled traffic (all partitions together)")
+    parser.add_argument("--windows", default="1m,5m", help="window sizes of rankwatch run (product default: 5m,1h)")
+    parser.add_argument("--attribution", default="1m", help="attribution window (product default: 30m)")
     parser.add_argument("--child", nargs=2, metavar=("PREFIX", "GROUP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     boot = args.bootstrap_servers
     if args.child:
-        _service_child(boot, args.child[0], args.child[1], quiet_s=3.0)
+        _service_child(boot, args.child[0], args.child[1], quiet_s=3.0,
+                       stream=stream_config(args.windows, args.attribution))
         return
     print(f"kafka-python CRC-32C: {'crc32c C extension' if crc32c_is_c() else 'PURE PYTHON (install crc32c)'}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the broker shares them)")
     prefix = "bench-" + uuid.uuid4().hex[:8]
     t0 = time.perf_counter()
-    total = fill(boot, prefix, args.requests, args.partitions)
-    print(f"filled {total} messages ({args.requests} requests, 20 items each, {args.partitions} partitions per topic) "
-          f"in {time.perf_counter() - t0:.1f} s")
+    total = fill(boot, prefix, args.requests, args.partitions, args.rate)
+    extra = ["--windows", args.windows, "--attribution", args.attribution]
+    print(f"filled {total} messages ({args.requests} requests, 20 items each, {args.rate:g} requests/s of event time, "
+          f"{args.partitions} partitions per topic) in {time.perf_counter() - t0:.1f} s; rankwatch run: windows "
+          f"{args.windows}, attribution {args.attribution}")
     rows: dict[str, list[tuple[float, float]]] = {"confluent": [], "raw": [], "run": [], "run2": []}
     for i in range(args.repeat):
         # Interleaved, so a change of the machine's load hits every consumer alike.
         rows["confluent"].append(confluent_rate(boot, prefix, args.partitions, total))
         rows["raw"].append(raw_rate(boot, prefix, args.partitions, total))
-        rows["run"].append(service_rate(boot, prefix, 1, total))
+        rows["run"].append(service_rate(boot, prefix, 1, total, extra))
         (cw, cc), (rw, rc), (sw, sc) = rows["confluent"][-1], rows["raw"][-1], rows["run"][-1]
         line = (f"run {i + 1}: msg/s wall (CPU): confluent-kafka {cw:,.0f} ({cc:,.0f}), kafka-python {rw:,.0f} ({rc:,.0f}), "
                 f"rankwatch run {sw:,.0f} ({sc:,.0f}); run/kafka-python {sw / rw:.2f} wall, {sc / rc:.2f} CPU")
         if not args.no_scale_out:
-            rows["run2"].append(service_rate(boot, prefix, 2, total))
+            rows["run2"].append(service_rate(boot, prefix, 2, total, extra))
             line += f"; 2 instances {rows['run2'][-1][0]:,.0f} ({rows['run2'][-1][0] / sw:.2f}x one)"
         print(line, flush=True)
 

@@ -260,10 +260,7 @@ class StreamProcessor:
                     self._clk["accepted"] += 1
                 entry = (fb.item_id, fb.grade, fts, counted)
                 held = pending.feedback[slot]
-                if held is None:
-                    pending.feedback[slot] = [entry]
-                else:
-                    held.append(entry)
+                pending.feedback[slot] = (entry,) if held is None else (*held, entry)
         elif fb.request_id in self._finalized.ids:
             self._clk["late"] += 1
         elif self._wm_step is not None and fb.ts_ms + self._attr < self._wm_step:

@@ -213,10 +213,8 @@ def process_batch(
                     if counted:
                         clk_counts["accepted"] += 1
                     held = p_fb[fslot]
-                    if held is None:
-                        p_fb[fslot] = [(f.item_id, grade, fts, counted)]
-                    else:
-                        held.append((f.item_id, grade, fts, counted))
+                    p_fb[fslot] = ((f.item_id, grade, fts, counted),) if held is None else (
+                        *held, (f.item_id, grade, fts, counted))
             elif frid in finalized_ids:
                 clk_counts["late"] += 1
             elif proc._wm_step is not None and fts + attr < proc._wm_step:

@@ -8,6 +8,7 @@ finishes its batch, checkpoints, commits and closes; the exit status is then 0.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -153,6 +154,9 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         service.stop()
     if scheduler is not None:
         scheduler.start()
+    # Everything built so far (modules, clients, config) lives as long as the process: keep it out of the
+    # garbage collector's full collections, which otherwise re-traverse it while the core runs.
+    gc.freeze()
     try:
         service.run()
     finally:
