@@ -146,6 +146,7 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
     alignment.feed_pair = counting_feed  # type: ignore[assignment]
     service = ConsumerService(settings, stream, on_window=batcher.add, clock=WallClock(), on_health=on_health)
     service.start()
+    started = time.time()
     gc.freeze()  # as rankwatch run does
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
@@ -161,6 +162,8 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
             fed, last, cpu_last = total, now, cpu
         elif last is not None and now - last > quiet_s:
             break
+        elif last is None and service.ready() and now - started > 30:
+            break  # assigned, but the other instance had fed everything already
         time.sleep(0.01)
     service.stop()
     thread.join(timeout=60)
@@ -177,6 +180,7 @@ def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list
     results = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
     fed = sum(r["fed"] for r in results)
     assert fed >= total, (fed, total)  # a rebalance may re-feed records from a checkpoint, never lose any
+    results = [r for r in results if r["first"] is not None]
     first = min(r["first"] for r in results)
     last = max(r["last"] for r in results)
     starts = [r["fed_first"] for r in results if r["first"] == first]
