@@ -13,12 +13,12 @@ processed the batch, so a checkpoint still stores only what was fed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankwatch.pipeline.published import PublishedWindow
 
-if TYPE_CHECKING:
-    from rankwatch.consumers.alignment import PartitionPair
+# ``pair`` is a :class:`consumers.alignment.PartitionPair` (typed ``Any``: alignment imports this module).
+PartitionPair = Any
 
 
 def feed_pair(pair: PartitionPair, caught_up: Callable[[Any], bool], confirmed: Callable[[Any], bool],

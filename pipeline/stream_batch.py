@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankwatch.pipeline.events import SourceRef
 from rankwatch.pipeline.join import _STRUCTS, SEP, _pack_scores
@@ -30,8 +30,9 @@ from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.validation import _FEEDBACK_DECODER, _IMPRESSION_DECODER, MAX_GRADE, MAX_TS_MS
 from rankwatch.pipeline.watermark import _ANY, Watermark
 
-if TYPE_CHECKING:
-    from rankwatch.pipeline.stream import StreamProcessor
+# ``proc`` below is a :class:`pipeline.stream.StreamProcessor`; it is typed ``Any`` because importing it,
+# even for type checking only, would make the two modules import each other (tests/rankwatch/test_packaging.py).
+StreamProcessor = Any
 
 _TOPICS = ("impressions", "clicks")
 
