@@ -134,7 +134,8 @@ def _print_table(result: BaselineResult, output: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False, highlight=False)
+    # Off a terminal (a pipe, a file) nothing is folded or cut: the table keeps its natural width.
+    console = Console(width=None if sys.stdout.isatty() else 1000, soft_wrap=False, highlight=False)
     names = result.options.metric_names
     labels = list(result.slice_spec.by)
     table = Table(title="rankwatch offline baseline", title_justify="left")
