@@ -1,38 +1,54 @@
-"""Kafka end to end: ``rankwatch run``'s consume rate against raw kafka-python, and publication delay.
+"""Kafka end to end: ``rankwatch run``'s consume rate against raw clients on the same topics, and scale-out.
 
 Needs a running broker (``deploy/kafka/local.sh start``; ``--bootstrap-servers`` to point elsewhere).
 
-1. Fills two fresh co-partitioned topics with generated traffic (``--requests`` requests).
-2. Raw rate: a kafka-python consumer polls every message of both topics and discards it (``--repeat`` runs).
-3. Service rate: :class:`consumers.service.ConsumerService` (what ``rankwatch run`` runs, with checkpoints,
-   alignment, dead letters and windows) consumes the same messages with a fresh group each run. Both rates
-   are timed from the first record to the last one, so group joins and client start-up are left out.
-4. Delay: traffic paced in real time for ``--paced-seconds`` with 10 s windows; for every published window
-   the delay from its end (event time = wall time here) to its publication. The floor is the attribution
-   window plus the allowed disorder (plus up to one finalization step): a window cannot close earlier.
+1. Fills two fresh co-partitioned topics with generated traffic (``--requests`` requests of 20 items, about
+   2 feedback events each, 1 % duplicates, 0.5 % bad lines, ``--partitions`` partitions).
+2. Raw rates, polling every message of both topics and discarding it, CRCs verified by both clients:
+   confluent-kafka (librdkafka, ``consume(num_messages=2000)``, ``check.crcs=true``; the physical reference
+   for a Python consumer here) and kafka-python (``max_poll_records=2000``, ``check_crcs=True``, the
+   ``crc32c`` C extension), the client ``rankwatch run`` uses with the same settings.
+3. ``rankwatch run``: :class:`consumers.service.ConsumerService` with the exporter's ``MetricsState`` as the
+   window and health sink, exactly as the command wires them (without the HTTP server), in a child process
+   with a fresh group. Checkpoints, alignment and dead letters are all on.
+4. Scale-out: two such children in one group, against one child, timed the same way. The broker runs on
+   the same 2 cores, so two instances compete with it and with each other: the ratio is a floor.
 
-Prints medians of the repeats and the ratio service / raw (goal >= 0.6).
+Every rate is timed from the first record to the last one (group joins and client start-up left out).
+Prints each run, medians over ``--repeat`` runs, and the ratios within each run (goal >= 0.6).
 
-    python bench/kafka_e2e.py --requests 20000 --repeat 3
+    python bench/kafka_e2e.py --requests 30000 --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
+import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rankwatch.consumers.producer import produce_events
-from rankwatch.consumers.service import ConsumerService
-from rankwatch.consumers.settings import KafkaSettings
-from rankwatch.consumers.topics import ensure_topic
-from rankwatch.pipeline.generator import TrafficConfig, generate_events
-from rankwatch.pipeline.stream import StreamConfig
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
+
+from rankwatch.consumers.producer import produce_events  # noqa: E402
+from rankwatch.consumers.service import ConsumerService  # noqa: E402
+from rankwatch.consumers.settings import KafkaSettings  # noqa: E402
+from rankwatch.consumers.topics import ensure_topic  # noqa: E402
+from rankwatch.crc import crc32c_is_c  # noqa: E402
+from rankwatch.pipeline.generator import TrafficConfig, generate_events  # noqa: E402
+from rankwatch.pipeline.stream import StreamConfig  # noqa: E402
+
+POLL_RECORDS = 2000
 
 
 class WallClock:
@@ -40,11 +56,10 @@ class WallClock:
         return datetime.now(UTC)
 
 
-def fill(boot: str, prefix: str, requests: int, partitions: int) -> int:
+def fill(boot: str, prefix: str, requests: int, partitions: int, rate: float = 50.0) -> int:
     client = {"bootstrap_servers": [boot]}
     for t in ("imp", "clk"):
         ensure_topic(client, f"{prefix}-{t}", partitions=partitions)
-    rate = 50.0
     cfg = TrafficConfig(seed=1, start=datetime.now(UTC) - timedelta(seconds=requests / rate + 3600),
                         requests_per_second=rate, duration_s=requests / rate, items_per_request=20,
                         duplicate_rate=0.01, malformed_rate=0.005, out_of_order_ms=2000, attribution_window_ms=60_000)
@@ -55,49 +70,121 @@ def fill(boot: str, prefix: str, requests: int, partitions: int) -> int:
     return sum(report.sent.values())
 
 
-def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> float:
+def confluent_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float, float]:
+    """Messages per second of wall time and per second of this process's CPU time (all its threads)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
+    from confluent_kafka import TopicPartition as CTP
+
+    consumer = Consumer({"bootstrap.servers": boot, "group.id": f"{prefix}-raw-c", "enable.auto.commit": False,
+                         "check.crcs": True})
+    consumer.assign([CTP(f"{prefix}-{t}", p, OFFSET_BEGINNING) for t in ("imp", "clk") for p in range(partitions)])
+    seen = n_first = 0
+    first = None
+    while seen < total:
+        msgs = consumer.consume(num_messages=POLL_RECORDS, timeout=0.5)
+        n = sum(1 for m in msgs if m.error() is None)
+        if n and first is None:
+            first, cpu0, n_first = time.perf_counter(), time.process_time(), n
+        seen += n
+    elapsed, cpu = time.perf_counter() - (first or time.perf_counter()), time.process_time() - cpu0
+    consumer.close()
+    return (seen - n_first) / elapsed, (seen - n_first) / cpu
+
+
+def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float, float]:
     tps = [TopicPartition(f"{prefix}-{t}", p) for t in ("imp", "clk") for p in range(partitions)]
-    consumer = KafkaConsumer(bootstrap_servers=boot, enable_auto_commit=False, max_poll_records=2000)
+    consumer = KafkaConsumer(bootstrap_servers=boot, enable_auto_commit=False, max_poll_records=POLL_RECORDS,
+                             check_crcs=True)
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
-    seen = 0
+    seen = n_first = 0
     first = None
     while seen < total:
         batch = consumer.poll(timeout_ms=500)
         n = sum(len(v) for v in batch.values())
         if n and first is None:
-            first = time.perf_counter()
-            n_first = n
+            first, cpu0, n_first = time.perf_counter(), time.process_time(), n
         seen += n
-    elapsed = time.perf_counter() - (first or time.perf_counter())
+    elapsed, cpu = time.perf_counter() - (first or time.perf_counter()), time.process_time() - cpu0
     consumer.close()
-    return (seen - n_first) / elapsed
+    return (seen - n_first) / elapsed, (seen - n_first) / cpu
 
 
-def service_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float, int]:
+def stream_config(windows: str, attribution: str) -> StreamConfig:
+    from rankwatch.pipeline.windows import parse_duration_ms
+
+    return StreamConfig(windows=tuple(windows.split(",")), attribution_window_ms=parse_duration_ms(attribution))
+
+
+def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: StreamConfig) -> None:
+    """One ``rankwatch run`` (service + exporter state) until nothing was fed for ``quiet_s``; prints JSON."""
+    from rankwatch.commands.run import WindowBatcher
+    from rankwatch.exporters.state import MetricsState
+
     settings = KafkaSettings(bootstrap_servers=(boot,), impressions_topic=f"{prefix}-imp", clicks_topic=f"{prefix}-clk",
-                             group_id=f"{prefix}-{uuid.uuid4().hex[:6]}", checkpoint_topic=f"{prefix}.checkpoints",
-                             dead_letter_topic=f"{prefix}.dead-letters")
-    windows: list[object] = []
-    stream = StreamConfig(windows=("1m", "5m"), attribution_window_ms=60_000)  # windows close during the run
-    service = ConsumerService(settings, stream, on_window=windows.append, clock=WallClock())
+                             group_id=group, checkpoint_topic=f"{prefix}.checkpoints",
+                             dead_letter_topic=f"{prefix}.dead-letters", max_poll_records=POLL_RECORDS)
+    state = MetricsState.for_stream(stream)
+    batcher = WindowBatcher(state.publish_windows)  # what rankwatch run wires
+
+    def on_health(health: Any) -> None:
+        batcher.flush()
+        if health.merged is not None:
+            state.set_stream_stats(health.merged)
+        state.set_consumer_lag(health.lag)
+
+    from rankwatch.consumers import alignment
+
+    counted = [0]
+    feed = alignment.feed_pair
+
+    def counting_feed(*a: Any, **kw: Any) -> Any:  # records fed, summed over every pair this child ever owned
+        out = feed(*a, **kw)
+        counted[0] += out[1]
+        return out
+
+    alignment.feed_pair = counting_feed  # type: ignore[assignment]
+    service = ConsumerService(settings, stream, on_window=batcher.add, clock=WallClock(), on_health=on_health)
     service.start()
+    started = time.time()
+    gc.freeze()  # as rankwatch run does
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
-    first = None
-    fed_first = 0
+    first = last = None
+    fed_first = fed = 0
+    cpu_first = cpu_last = 0.0
     while True:
-        pairs = list(service._pairs.values())
-        fed = sum((off or 0) for pair in pairs for off in pair.next_offset.values())
-        if fed and first is None:
-            first, fed_first = time.perf_counter(), fed
-        if fed >= total:
+        now, total = time.time(), counted[0]
+        if total != fed:
+            cpu = time.process_time()
+            if first is None:
+                first, fed_first, cpu_first = now, total, cpu
+            fed, last, cpu_last = total, now, cpu
+        elif last is not None and now - last > quiet_s:
             break
-        time.sleep(0.02)
-    elapsed = time.perf_counter() - (first or time.perf_counter())
+        elif last is None and service.ready() and now - started > 30:
+            break  # assigned, but the other instance had fed everything already
+        time.sleep(0.01)
     service.stop()
     thread.join(timeout=60)
-    return (total - fed_first) / elapsed, len(windows)
+    print(json.dumps({"first": first, "last": last, "fed_first": fed_first, "fed": fed, "cpu": cpu_last - cpu_first}))
+
+
+def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list[str]) -> tuple[float, float]:
+    """``instances`` children in one fresh group: messages per second of wall time from the first record to
+    the last, and per second of the children's CPU time (summed)."""
+    group = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    procs = [subprocess.Popen([sys.executable, __file__, "--bootstrap-servers", boot, *extra, "--child", prefix, group],
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(instances)]
+    results = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+    fed = sum(r["fed"] for r in results)
+    assert fed >= total, (fed, total)  # a rebalance may re-feed records from a checkpoint, never lose any
+    results = [r for r in results if r["first"] is not None]
+    first = min(r["first"] for r in results)
+    last = max(r["last"] for r in results)
+    starts = [r["fed_first"] for r in results if r["first"] == first]
+    return (fed - starts[0]) / (last - first), (fed - starts[0]) / sum(r["cpu"] for r in results)
 
 
 def publication_delay(boot: str, prefix: str, seconds: float) -> list[float]:
@@ -132,25 +219,61 @@ def publication_delay(boot: str, prefix: str, seconds: float) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default="127.0.0.1:9092")
-    parser.add_argument("--requests", type=int, default=20_000)
-    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=30_000)
+    parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--paced-seconds", type=float, default=60.0)
+    parser.add_argument("--no-scale-out", action="store_true", help="skip the two-instance runs")
+    parser.add_argument("--paced-seconds", type=float, default=0.0, help="also measure the publication delay")
+    parser.add_argument("--rate", type=float, default=50.0,
+                        help="requests per second of event time in the filled traffic (all partitions together)")
+    parser.add_argument("--windows", default="1m,5m", help="window sizes of rankwatch run (product default: 5m,1h)")
+    parser.add_argument("--attribution", default="1m", help="attribution window (product default: 30m)")
+    parser.add_argument("--child", nargs=2, metavar=("PREFIX", "GROUP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     boot = args.bootstrap_servers
+    if args.child:
+        _service_child(boot, args.child[0], args.child[1], quiet_s=3.0,
+                       stream=stream_config(args.windows, args.attribution))
+        return
+    print(f"kafka-python CRC-32C: {'crc32c C extension' if crc32c_is_c() else 'PURE PYTHON (install crc32c)'}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the broker shares them)")
     prefix = "bench-" + uuid.uuid4().hex[:8]
     t0 = time.perf_counter()
-    total = fill(boot, prefix, args.requests, args.partitions)
-    print(f"filled {total} messages ({args.requests} requests, 20 items each) in {time.perf_counter() - t0:.1f} s")
-    raws, svcs = [], []
+    total = fill(boot, prefix, args.requests, args.partitions, args.rate)
+    extra = ["--windows", args.windows, "--attribution", args.attribution]
+    print(f"filled {total} messages ({args.requests} requests, 20 items each, {args.rate:g} requests/s of event time, "
+          f"{args.partitions} partitions per topic) in {time.perf_counter() - t0:.1f} s; rankwatch run: windows "
+          f"{args.windows}, attribution {args.attribution}")
+    rows: dict[str, list[tuple[float, float]]] = {"confluent": [], "raw": [], "run": [], "run2": []}
     for i in range(args.repeat):
-        raws.append(raw_rate(boot, prefix, args.partitions, total))
-        rate, n_windows = service_rate(boot, prefix, args.partitions, total)
-        svcs.append(rate)
-        print(f"run {i + 1}: raw {raws[-1]:,.0f} msg/s, rankwatch run {svcs[-1]:,.0f} msg/s "
-              f"(ratio {svcs[-1] / raws[-1]:.2f}, {n_windows} windows)")
-    raw, svc = statistics.median(raws), statistics.median(svcs)
-    print(f"median: raw kafka-python {raw:,.0f} msg/s, rankwatch run {svc:,.0f} msg/s, ratio {svc / raw:.2f} (goal >= 0.6)")
+        # Interleaved, so a change of the machine's load hits every consumer alike.
+        rows["confluent"].append(confluent_rate(boot, prefix, args.partitions, total))
+        rows["raw"].append(raw_rate(boot, prefix, args.partitions, total))
+        rows["run"].append(service_rate(boot, prefix, 1, total, extra))
+        (cw, cc), (rw, rc), (sw, sc) = rows["confluent"][-1], rows["raw"][-1], rows["run"][-1]
+        line = (f"run {i + 1}: msg/s wall (CPU): confluent-kafka {cw:,.0f} ({cc:,.0f}), kafka-python {rw:,.0f} ({rc:,.0f}), "
+                f"rankwatch run {sw:,.0f} ({sc:,.0f}); run/kafka-python {sw / rw:.2f} wall, {sc / rc:.2f} CPU")
+        if not args.no_scale_out:
+            rows["run2"].append(service_rate(boot, prefix, 2, total, extra))
+            line += f"; 2 instances {rows['run2'][-1][0]:,.0f} ({rows['run2'][-1][0] / sw:.2f}x one)"
+        print(line, flush=True)
+
+    def med(key: str, k: int) -> float:
+        return statistics.median(r[k] for r in rows[key])
+
+    wall = [s[0] / r[0] for s, r in zip(rows["run"], rows["raw"], strict=True)]
+    cpu = [s[1] / r[1] for s, r in zip(rows["run"], rows["raw"], strict=True)]
+    print(f"median of {args.repeat}, msg/s wall (CPU): confluent-kafka {med('confluent', 0):,.0f} ({med('confluent', 1):,.0f}), "
+          f"kafka-python {med('raw', 0):,.0f} ({med('raw', 1):,.0f}), rankwatch run {med('run', 0):,.0f} ({med('run', 1):,.0f})")
+    print(f"rankwatch run / kafka-python per run: wall {', '.join(f'{r:.2f}' for r in wall)} (median "
+          f"{statistics.median(wall):.2f}, goal >= 0.6); CPU {', '.join(f'{r:.2f}' for r in cpu)} (median "
+          f"{statistics.median(cpu):.2f}); kafka-python / confluent-kafka {med('raw', 0) / med('confluent', 0):.2f} wall")
+    print(f"per message: kafka-python {1e6 / med('raw', 1):.1f} us CPU, rankwatch run {1e6 / med('run', 1):.1f} us CPU "
+          f"(rankwatch adds {1e6 / med('run', 1) - 1e6 / med('raw', 1):.1f} us)")
+    if rows["run2"]:
+        scale = [b[0] / a[0] for a, b in zip(rows["run"], rows["run2"], strict=True)]
+        print(f"two instances / one (wall): {', '.join(f'{x:.2f}' for x in scale)} (median {statistics.median(scale):.2f}; "
+              "the broker runs on the same 2 cores)")
     if args.paced_seconds > 0:
         delays = publication_delay(boot, prefix + "-paced", args.paced_seconds)
         floor = 5.0 + 2.0  # attribution + allowed disorder (+ up to one 1 s finalization step)

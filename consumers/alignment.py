@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankwatch.consumers.batch_feed import feed_pair
 from rankwatch.consumers.checkpoints import CheckpointRef
-from rankwatch.pipeline.events import SourceRef
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream import StreamProcessor
 
@@ -57,8 +57,11 @@ class PartitionPair:
         """Buffer fetched records, skipping any the pair already fed (a fetch racing a seek)."""
         floor = self.next_offset.get(tp)
         buf = self.buffers[tp]
+        if floor is None or (records and records[0].offset >= floor):
+            buf.extend(records)  # the usual case (offsets ascend within a fetch): one C call
+            return
         for record in records:
-            if floor is None or record.offset >= floor:
+            if record.offset >= floor:
                 buf.append(record)
 
     def buffered(self, tp: Any) -> int:
@@ -95,38 +98,11 @@ class PartitionPair:
 
     def feed(self, caught_up: Callable[[Any], bool], confirmed: Callable[[Any], bool] = lambda tp: False,
              *, limit: int = 1_000_000) -> tuple[list[PublishedWindow], int]:
-        """Feed buffered records in timestamp order (see module docstring); returns windows and records fed."""
-        imp_tp, clk_tp = self.impressions_tp, self.clicks_tp
-        imp, clk = self.buffers[imp_tp], self.buffers[clk_tp]
-        proc = self.processor
-        out: list[PublishedWindow] = []
-        fed = 0
-        while fed < limit:
-            if imp and clk:
-                take_imp = imp[0].timestamp <= clk[0].timestamp  # a tie: the impression first
-            elif imp:
-                if not self._may_overtake(imp[0].timestamp, clk_tp, caught_up, confirmed):
-                    break
-                take_imp = True
-            elif clk:
-                if not self._may_overtake(clk[0].timestamp, imp_tp, caught_up, confirmed):
-                    break
-                take_imp = False
-            else:
-                break
-            if take_imp:
-                rec = imp.popleft()
-                out.extend(proc.process_impression(rec.value or b"", source=SourceRef(rec.topic, rec.partition, rec.offset)))
-                self.next_offset[imp_tp] = rec.offset + 1
-                self.last_ts[imp_tp] = rec.timestamp
-            else:
-                rec = clk.popleft()
-                out.extend(proc.process_feedback(rec.value or b"", source=SourceRef(rec.topic, rec.partition, rec.offset)))
-                self.next_offset[clk_tp] = rec.offset + 1
-                self.last_ts[clk_tp] = rec.timestamp
-            fed += 1
-        self.fed_since_checkpoint += fed
-        return out, fed
+        """Feed buffered records in timestamp order (see module docstring); returns windows and records fed.
+
+        The records go to the core in one :meth:`StreamProcessor.process_batch` call (consumers/batch_feed.py).
+        """
+        return feed_pair(self, caught_up, confirmed, limit)
 
     def clear_buffers(self) -> None:
         for buf in self.buffers.values():

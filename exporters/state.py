@@ -197,34 +197,56 @@ class MetricsState:
         The online gauges show the latest window start of each size; windows of the same start from other
         partitions are merged into it; an older start only feeds the cumulative counters.
         """
+        return self.publish_windows([pw])[0]
+
+    def publish_windows(self, windows: Iterable[PublishedWindow]) -> list[bool]:
+        """:meth:`publish_window` of each window in order, with the online gauges rebuilt once at the end.
+
+        The rebuild (merging every partition's window of the newest start, AUCs, rollups, drift) costs
+        milliseconds; a Kafka backlog replayed fast publishes many windows per second, so the service hands
+        them over in batches (``rankwatch run``: once a second) and pays for one rebuild per batch.
+        """
+        taken: list[bool] = []
         with self._write_lock:
-            identity = pw.identity
-            seen_revision = self._seen.get(identity)
-            if seen_revision is not None and pw.revision <= seen_revision:
-                return False
-            self._seen[identity] = pw.revision
-            self._seen.move_to_end(identity)
-            while len(self._seen) > _SEEN_IDENTITIES:
-                self._seen.popitem(last=False)
-            self._windows_published[pw.window] = self._windows_published.get(pw.window, 0) + 1
-            self._last_publish[pw.window] = self._wall()
-            # Cap labels once per publication, so folded slices are counted once.
-            grouped = (pw, group_by_labels(pw.slices.items(), self._capper))
-            if seen_revision is None and pw.window == self.summary_window:
-                self._add_cumulative(*grouped)
-                self._summary, self._finalized = self._cumulative_samples()
-            current = self._parts.get(pw.window)
-            if current is None or pw.start > current[0]:
-                self._parts[pw.window] = (pw.start, {pw.partitions: grouped})
-            elif pw.start == current[0]:
-                current[1][pw.partitions] = grouped
-            else:
+            touched: list[str] = []
+            for pw in windows:
+                result = self._take_locked(pw)
+                taken.append(result is not None)
+                if result and pw.window not in touched:
+                    touched.append(pw.window)
+            for window in touched:
+                self._online[window] = self._online_window(window)
+            if touched:
+                self._rebuild_series()
+            if any(taken):
                 self._swap(self._build_snapshot_locked())
-                return True
-            self._online[pw.window] = self._online_window(pw.window)
-            self._rebuild_series()
-            self._swap(self._build_snapshot_locked())
-            return True
+        return taken
+
+    def _take_locked(self, pw: PublishedWindow) -> bool | None:
+        """Account for one window: None for a republication, True if the online window of its size changed."""
+        identity = pw.identity
+        seen_revision = self._seen.get(identity)
+        if seen_revision is not None and pw.revision <= seen_revision:
+            return None
+        self._seen[identity] = pw.revision
+        self._seen.move_to_end(identity)
+        while len(self._seen) > _SEEN_IDENTITIES:
+            self._seen.popitem(last=False)
+        self._windows_published[pw.window] = self._windows_published.get(pw.window, 0) + 1
+        self._last_publish[pw.window] = self._wall()
+        # Cap labels once per publication, so folded slices are counted once.
+        grouped = (pw, group_by_labels(pw.slices.items(), self._capper))
+        if seen_revision is None and pw.window == self.summary_window:
+            self._add_cumulative(*grouped)
+            self._summary, self._finalized = self._cumulative_samples()
+        current = self._parts.get(pw.window)
+        if current is None or pw.start > current[0]:
+            self._parts[pw.window] = (pw.start, {pw.partitions: grouped})
+        elif pw.start == current[0]:
+            current[1][pw.partitions] = grouped
+        else:
+            return False  # an older start: only the cumulative counters change
+        return True
 
     def set_stream_stats(self, stats: Any) -> None:
         """Copy the health figures of a ``StreamStats`` (or take a ready :class:`HealthFigures`)."""

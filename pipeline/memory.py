@@ -142,8 +142,17 @@ class EarlyFeedback:
         return dropped
 
     def evict_oldest(self) -> int:
-        """Drop the earliest bucket (at capacity); returns how many entries were dropped."""
-        return self._drop_bucket() if self.heap else 0
+        """Drop the earliest bucket that still holds entries (at capacity); returns how many were dropped.
+
+        Buckets whose entries all left (their request came: :meth:`pop`) stay on the heap until reached;
+        dropping only such a stale bucket freed nothing, so the memory grew past its capacity, and a
+        processor restored from a snapshot (whose heap has no stale buckets) then behaved differently.
+        """
+        while self.heap:
+            dropped = self._drop_bucket()
+            if dropped:
+                return dropped
+        return 0
 
     def _drop_bucket(self) -> int:
         b = heapq.heappop(self.heap)

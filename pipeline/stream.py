@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -36,6 +36,8 @@ from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import LabelCapper, SliceKey, SliceSpec
 from rankwatch.pipeline.snapshot import decode_snapshot, encode_snapshot
+from rankwatch.pipeline.staging import ListStaging
+from rankwatch.pipeline.stream_batch import process_batch
 from rankwatch.pipeline.validation import (
     DEFAULT_ACTION_GRADES,
     Rejection,
@@ -44,7 +46,7 @@ from rankwatch.pipeline.validation import (
     impression_or_rejection,
 )
 from rankwatch.pipeline.watermark import Watermark
-from rankwatch.pipeline.windows import FinalizedStaging, WindowSet, parse_duration_ms
+from rankwatch.pipeline.windows import WindowSet, parse_duration_ms
 
 STREAMS = ("impressions", "clicks")
 OUTCOMES = ("accepted", "duplicate", "rejected", "orphan", "late")
@@ -159,7 +161,7 @@ class StreamProcessor:
         # the watermark (its partition is already marked active): such events skip Watermark.observe.
         self._skip_observe_upto = -1
         self._windows = WindowSet(cfg.windows, cfg.metric_options)
-        self._staging = FinalizedStaging(
+        self._staging = ListStaging(
             group_ms=math.gcd(*self._windows.sizes_ms), attribution_window_ms=cfg.attribution_window_ms
         )
         self._capper = LabelCapper(cfg.slice_spec.max_values_per_label)
@@ -172,6 +174,7 @@ class StreamProcessor:
         self._combo_ids: dict[tuple[str, ...], int] = {}
         self._combo_keys: list[SliceKey] = []
         self._combo_cache: dict[tuple[str, ...], int] = {}  # raw values that needed no folding -> combo
+        self._wire_combo: dict[tuple[str | None, ...], int] = {}  # the same, keyed by wire labels (batch path)
         self._imp = dict.fromkeys(OUTCOMES, 0)
         self._clk = dict.fromkeys(OUTCOMES, 0)
         self._rejects: dict[tuple[str, str], int] = {}
@@ -212,6 +215,17 @@ class StreamProcessor:
         self._imp["accepted"] += 1
         return out
 
+    def process_batch(
+        self, kinds: Sequence[bool], values: Sequence[bytes], *, partition: int | None = None,
+        offsets: Sequence[int] | None = None, topics: tuple[str, str] = ("impressions", "clicks"),
+    ) -> list[PublishedWindow]:
+        """Process a poll's records at once (``kinds[i]``: impression?); equal to the per-record calls.
+
+        See :mod:`pipeline.stream_batch`: the source of record ``i`` is ``(topics[kind], partition,
+        offsets[i])``, built only for a dead letter.
+        """
+        return process_batch(self, kinds, values, partition=partition, offsets=offsets, topics=topics)
+
     def _first_sighting(
         self, eid: str, ts_ms: int, source: SourceRef | None, counts: dict[str, int]
     ) -> list[PublishedWindow] | None:
@@ -250,10 +264,7 @@ class StreamProcessor:
                     self._clk["accepted"] += 1
                 entry = (fb.item_id, fb.grade, fts, counted)
                 held = pending.feedback[slot]
-                if held is None:
-                    pending.feedback[slot] = [entry]
-                else:
-                    held.append(entry)
+                pending.feedback[slot] = (entry,) if held is None else (*held, entry)
         elif fb.request_id in self._finalized.ids:
             self._clk["late"] += 1
         elif self._wm_step is not None and fb.ts_ms + self._attr < self._wm_step:
@@ -313,7 +324,10 @@ class StreamProcessor:
             self.dead_letters.send(DeadLetter(stream, raw, rejection.reason, rejection.detail, source))
 
     def _combo(self, imp: Impression) -> int:
-        raw = self._labels_of(imp)
+        return self._combo_raw(self._labels_of(imp))
+
+    def _combo_raw(self, raw: tuple[str, ...]) -> int:
+        """The combo id of raw slice-label values (folding values past the cap into ``__other__``)."""
         combo = self._combo_cache.get(raw)
         if combo is not None:
             return combo
@@ -339,8 +353,11 @@ class StreamProcessor:
         self._pending.add_feedback(slot, (entry[0], entry[1], fts, counted))
 
     def _observe(self, source: SourceRef | None, ts_ms: int) -> list[PublishedWindow]:
+        return self._observe_at(None if source is None else source.partition, ts_ms)
+
+    def _observe_at(self, partition: int | None, ts_ms: int) -> list[PublishedWindow]:
         watermark = self._watermark
-        wm = watermark.observe(None if source is None else source.partition, ts_ms)
+        wm = watermark.observe(partition, ts_ms)
         if not watermark.partitioned:
             self._skip_observe_upto = watermark.max_ts[-1]  # type: ignore[assignment]
         if wm is None or (self._wm_step is not None and wm < self._wm_step + self._step):
@@ -362,7 +379,11 @@ class StreamProcessor:
         self._finalized.expire(ws)
         for staged in self._staging.complete(ws):
             self._aggregate(staged)
-        return self._experiment_windows(self._windows.close(ws - self._attr, self._combo_keys, self.partitions))
+        horizon = ws - self._attr
+        windows = self._windows
+        if not windows.open or horizon < min(start + windows.sizes_ms[i] for i, start in windows.open):
+            return []  # no open window ends by the horizon: close would publish nothing
+        return self._experiment_windows(windows.close(horizon, self._combo_keys, self.partitions))
 
     def _evict(self) -> list[PublishedWindow]:
         """At the pending cap: finalize the earliest bucket now (counted as evicted)."""
@@ -374,7 +395,7 @@ class StreamProcessor:
         slots = self._pending.take_bucket()
         if not slots:
             return
-        batch = self._pending.finalize(slots)
+        batch = self._pending.finalize_lists(slots)
         self._clk["accepted"] += batch.feedback_accepted
         self._clk["late"] += batch.feedback_late
         self._detached += batch.feedback_detached

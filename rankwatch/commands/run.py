@@ -10,6 +10,7 @@ within ``shutdown_timeout``; a backstop ends the process (status 0) 10 s after t
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -59,6 +60,31 @@ def experiment_collector(cfg: Any) -> Any:
     return ExperimentCollector(specs=specs) if specs else None
 
 
+class WindowBatcher:
+    """Windows for the exporter, handed over in one ``publish_windows`` call per :meth:`flush`.
+
+    The exporter rebuilds its online gauges (merging partitions, AUCs, rollups) once per call; a Kafka
+    backlog replayed fast publishes many windows a second, and one rebuild each cost more than the whole
+    streaming core (docs/benchmarks.md). ``rankwatch run`` flushes on every health refresh (about once a
+    second, and at shutdown), so /metrics shows a window at most about a second after it closed.
+    """
+
+    def __init__(self, publish_many: Callable[[list[Any]], object], *, max_pending: int = 1_000) -> None:
+        self.publish_many = publish_many
+        self.max_pending = max_pending
+        self.pending: list[Any] = []
+
+    def add(self, window: Any) -> None:
+        self.pending.append(window)
+        if len(self.pending) >= self.max_pending:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            batch, self.pending = self.pending, []
+            self.publish_many(batch)
+
+
 @click.command("run")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="TOML configuration (see docs/kafka.md and examples/rankwatch.toml).")
@@ -88,6 +114,9 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     # on purpose (the state must be saved before the pairs are given up); that warning is noise here.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     cfg = load_config(config_path)
+    from rankwatch.crc import log_crc32c
+
+    log_crc32c(logging.getLogger("rankwatch"))  # after the config: a bad config stays a one-line error
     out_path = windows_out or cfg.windows_out
 
     class _WallClock:
@@ -98,7 +127,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     targets: list[Callable[[Any], object]] = []
     if writer is not None:
         targets.append(writer.write)
-    state = server = watcher = scheduler = experiments = None
+    state = server = watcher = scheduler = experiments = batcher = None
     if cfg.exporter.enabled:
         from rankwatch.exporters.baselines import BaselineWatcher
         from rankwatch.exporters.collector import build_registry
@@ -107,7 +136,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         from rankwatch.exporters.state import MetricsState
 
         state = MetricsState.for_stream(cfg.stream)
-        targets.append(state.publish_window)
+        batcher = WindowBatcher(state.publish_windows)
+        targets.append(batcher.add)
         experiments = experiment_collector(cfg)
         if cfg.baselines:
             watcher = BaselineWatcher(list(cfg.baselines), state)
@@ -116,6 +146,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             scheduler = ExporterScheduler(baselines=watcher, reload_interval_s=cfg.baseline_reload_ms / 1000)
 
     def on_health(health: ServiceHealth) -> None:
+        if batcher is not None:
+            batcher.flush()
         if state is not None:
             if health.merged is not None:
                 state.set_stream_stats(health.merged)
@@ -172,9 +204,14 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         on_signal(stop_requested[0], None)
     if scheduler is not None:
         scheduler.start()
+    # Everything built so far (modules, clients, config) lives as long as the process: keep it out of the
+    # garbage collector's full collections, which otherwise re-traverse it while the core runs.
+    gc.freeze()
     try:
         service.run()
     finally:
+        if batcher is not None:
+            batcher.flush()
         if scheduler is not None:
             scheduler.stop()
         if writer is not None:

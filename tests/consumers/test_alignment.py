@@ -26,6 +26,11 @@ class Recorder:
         self.fed.append(("clk", source.offset))
         return []
 
+    def process_batch(self, kinds: list[bool], values: list[bytes], *, partition: int, offsets: list[int],
+                      topics: tuple[str, str]) -> list[Any]:
+        self.fed += [("imp" if k else "clk", off) for k, off in zip(kinds, offsets, strict=True)]
+        return []
+
 
 def _pair(skew: int = 0) -> tuple[PartitionPair, Recorder]:
     rec = Recorder()

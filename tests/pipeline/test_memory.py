@@ -45,3 +45,19 @@ def test_early_feedback_waits_then_orphans():
     state.add("x", ("i", 1, 7, False))
     back = EarlyFeedback.from_state(state.to_state(), attribution_window_ms=100, step_ms=10, capacity=10)
     assert back.by_request == state.by_request and len(back) == 1
+
+
+def test_early_feedback_never_exceeds_capacity_when_the_oldest_bucket_is_stale() -> None:
+    # Found by tests/pipeline/test_stream_batch.py: a bucket whose entries were all popped (their request
+    # came) stays on the heap; evicting it freed nothing, the memory grew past capacity, and a processor
+    # restored from a snapshot (no stale buckets) behaved differently from the original.
+    from rankwatch.pipeline.memory import EarlyFeedback
+
+    early = EarlyFeedback(attribution_window_ms=1_000, step_ms=1_000, capacity=2)
+    early.add("r1", ("i", 1, 0, False))  # bucket 1
+    early.pop("r1")  # r1's impression came: bucket 1 is now stale
+    early.add("r2", ("i", 1, 5_000, False))  # bucket 6
+    early.add("r3", ("i", 1, 5_000, False))
+    assert early.count == 2
+    assert early.evict_oldest() == 2  # bucket 6, not the stale bucket 1
+    assert early.count == 0 and not early.by_request
