@@ -1,0 +1,274 @@
+"""Streaming offline baselines in bounded memory: inputs of any size, results equal to the in-memory path.
+
+:func:`stream_baseline` reads the inputs in batches (:mod:`pipeline.batches`), validates and scores only
+*complete* requests, and merges their :class:`~pipeline.partial.PartialBaseline` (label caps are applied
+once at the end, so they equal :func:`pipeline.offline.compute_baseline`'s). Two layouts:
+
+- **grouped** (rows of a request are contiguous, the usual export): each batch is scored except its last
+  request, which is carried into the next batch. A request that comes back later would be scored twice,
+  so the 64-bit hashes of finished request ids are kept (8 bytes a request, sorted arrays) and every new
+  batch is checked against them.
+- **scattered**: rows are hashed by request id into ``P`` spill files (:mod:`pipeline.spill`), then each
+  partition, which holds complete requests in input order, is scored on its own. ``P`` is chosen so that
+  a partition fits the budget; a partition that still comes out too big is split again with another hash.
+
+``layout="auto"`` (the default) starts grouped and restarts scattered at the first request that comes
+back. The memory budget sets the batch size: about :data:`BYTES_PER_ROW` bytes per row in flight on top
+of :data:`BASE_BYTES` for the interpreter and libraries. Outside the budget: the aggregates themselves
+(one per slice), the per-label value counts, the finished-request hashes, and a single request bigger
+than a batch (it is carried whole).
+
+Errors name the file and row as the in-memory path does; with several bad rows, the first one *found*
+is reported (batch by batch, partition by partition), which need not be the first in the file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from rankwatch.pipeline.batches import InputFile, RowBatch, estimated_rows, expand_inputs, iter_batches
+from rankwatch.pipeline.grouping import differs_from_previous
+from rankwatch.pipeline.offline import BaselineResult
+from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.partial import PartialBaseline, partial_baseline
+from rankwatch.pipeline.readers import InvalidEvaluationData, validate_rows
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.spill import SpillPartitions, request_hashes
+
+__all__ = ["BASE_BYTES", "BYTES_PER_ROW", "DEFAULT_MEMORY_LIMIT", "Layout", "StreamStats", "batch_rows_for",
+           "stream_baseline"]  # fmt: skip
+
+Layout = Literal["auto", "grouped", "scattered"]
+DEFAULT_MEMORY_LIMIT = 1 << 30
+BASE_BYTES = 256 << 20  # interpreter, numpy, pandas, pyarrow loaded
+BYTES_PER_ROW = 700  # peak bytes per row in flight: the frame, validation and kernel arrays (measured)
+MIN_BATCH_ROWS = 1_000
+ProgressFn = Callable[[str, int, int], None]  # (phase, rows read, requests done)
+T = TypeVar("T")
+
+
+@dataclass
+class StreamStats:
+    """What a streaming run did (for the command's notes and the benchmarks)."""
+
+    layout: str = "grouped"
+    batch_rows: int = 0
+    batches: int = 0
+    partitions: int = 0
+    spilled_bytes: int = 0
+    finished_hashes: int = 0
+
+
+class RequestsNotGrouped(InvalidEvaluationData):
+    """A request's rows are not contiguous (raised by ``layout="grouped"``)."""
+
+
+def batch_rows_for(memory_limit: int) -> int:
+    """Rows per batch that keep the peak resident memory under ``memory_limit`` bytes."""
+    return max(MIN_BATCH_ROWS, (memory_limit - BASE_BYTES) // BYTES_PER_ROW)
+
+
+def stream_baseline(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    options: MetricOptions | None = None,
+    slice_spec: SliceSpec | None = None,
+    skip_invalid: bool = False,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    layout: Layout = "auto",
+    spill_dir: str | os.PathLike[str] | None = None,
+    batch_rows: int | None = None,
+    progress: ProgressFn | None = None,
+    stats: StreamStats | None = None,
+) -> BaselineResult:
+    """The baseline of the inputs (files, directories, globs) in bounded memory; see the module docstring.
+
+    ``batch_rows`` overrides the size the budget gives (tests use tiny batches). Raises
+    ``FileNotFoundError`` and :class:`~pipeline.readers.InvalidEvaluationData` like
+    :func:`pipeline.readers.read_evaluation_files`.
+    """
+    options = options or MetricOptions()
+    slice_spec = slice_spec or SliceSpec()
+    stats = stats if stats is not None else StreamStats()
+    files = expand_inputs(paths)
+    rows_per_batch = batch_rows or batch_rows_for(memory_limit)
+    stats.batch_rows = rows_per_batch
+    run = _Run(files, options, slice_spec.by, skip_invalid, rows_per_batch, progress, stats)
+    if layout == "scattered":
+        partial = run.scattered(spill_dir)
+    else:
+        try:
+            partial = run.grouped()
+        except RequestsNotGrouped:
+            if layout == "grouped":
+                raise
+            partial = run.scattered(spill_dir)
+    if partial.rows == 0:
+        skipped = partial.skipped_rows
+        raise InvalidEvaluationData(
+            "no valid rows in the input" + (f" ({skipped} rows skipped as invalid)" if skipped else "")
+        )
+    return partial.finish(inputs=tuple(map(str, paths)), max_values_per_label=slice_spec.max_values_per_label)
+
+
+class _HashSet:
+    """Set of 64-bit hashes as a few sorted arrays (merged when there are too many): 8 bytes an entry."""
+
+    def __init__(self) -> None:
+        self._arrays: list[npt.NDArray[np.uint64]] = []
+        self.size = 0
+
+    def contains_any(self, h: npt.NDArray[np.uint64]) -> bool:
+        for arr in self._arrays:
+            idx = np.minimum(np.searchsorted(arr, h), arr.size - 1)
+            if np.any(arr[idx] == h):
+                return True
+        return False
+
+    def add(self, h: npt.NDArray[np.uint64]) -> None:
+        if h.size:
+            self._arrays.append(np.sort(h))
+            self.size += int(h.size)
+        if len(self._arrays) > 12:
+            self._arrays = [np.sort(np.concatenate(self._arrays))]
+
+
+class _Run:
+    def __init__(
+        self, files: list[InputFile], options: MetricOptions, slice_by: tuple[str, ...], skip_invalid: bool,
+        batch_rows: int, progress: ProgressFn | None, stats: StreamStats,
+    ) -> None:  # fmt: skip
+        self.files, self.options, self.slice_by = files, options, slice_by
+        self.skip_invalid, self.batch_rows, self.stats = skip_invalid, batch_rows, stats
+        self.progress = progress
+        self.names = [f.name for f in files]
+        self.rows_read = 0
+
+    def _score(self, partial: PartialBaseline, batch: RowBatch) -> None:
+        if len(batch) == 0:
+            return
+        evalset = validate_rows(batch.frame, self.names, batch.file_index, batch.numbers,
+                                skip_invalid=self.skip_invalid)  # fmt: skip
+        partial.merge(partial_baseline(evalset, self.options, self.slice_by))
+
+    def _report(self, phase: str, partial: PartialBaseline) -> None:
+        if self.progress is not None:
+            self.progress(phase, self.rows_read, partial.requests)
+
+    def grouped(self) -> PartialBaseline:
+        """Contiguous requests: score batch by batch, carrying the last request over."""
+        self.stats.layout = "grouped"
+        partial = PartialBaseline.empty(self.options, self.slice_by)
+        finished = _HashSet()
+        carry: RowBatch | None = None
+        self.rows_read = 0
+        for batch, last in _with_last(iter_batches(self.files, self.batch_rows, skip_invalid=self.skip_invalid)):
+            self.rows_read += len(batch)
+            self.stats.batches += 1
+            partial.count_skipped(batch.lost)
+            if carry is not None:
+                batch = RowBatch.concat([carry, batch])
+                carry = None
+            if len(batch) == 0:
+                continue
+            ids = batch.frame["request_id"]
+            run_start = np.empty(len(ids), dtype=bool)
+            run_start[0] = True
+            run_start[1:] = differs_from_previous(ids)
+            starts = np.flatnonzero(run_start)
+            done = batch
+            if not last:  # the last request may continue in the next batch
+                carry, done, starts = batch.take(slice(int(starts[-1]), None)), batch.take(slice(0, int(starts[-1]))), starts[:-1]  # fmt: skip
+            if starts.size == 0:
+                continue
+            first_ids = done.frame["request_id"].iloc[starts]
+            known = first_ids.notna().to_numpy(dtype=bool)  # a missing id is rejected, wherever it is
+            h = request_hashes(first_ids[known])
+            if np.unique(h).size < h.size or finished.contains_any(h):
+                raise RequestsNotGrouped(
+                    f"{self._where(done, starts, known, h, finished)}: the rows of a request are not "
+                    "contiguous; use --layout scattered (or auto)"
+                )
+            finished.add(h)
+            self.stats.finished_hashes = finished.size
+            self._score(partial, done)
+            self._report("grouped", partial)
+        return partial
+
+    def _where(self, done: RowBatch, starts: npt.NDArray[np.int64], known: npt.NDArray[np.bool_],
+               h: npt.NDArray[np.uint64], finished: _HashSet) -> str:  # fmt: skip
+        """File and row of the first request that comes back (for the error message)."""
+        rows = starts[known]
+        _, first_index = np.unique(h, return_index=True)
+        seen_here = np.ones(h.size, dtype=bool)
+        seen_here[first_index] = False
+        for i in range(h.size):
+            if seen_here[i] or finished.contains_any(h[i : i + 1]):
+                r = int(rows[i])
+                return f"{self.names[int(done.file_index[r])]}: row {int(done.numbers[r])}"
+        return self.names[0]
+
+    def scattered(self, spill_dir: str | os.PathLike[str] | None) -> PartialBaseline:
+        """Any row order: hash rows into spill files, then score one partition at a time."""
+        self.stats.layout = "scattered"
+        partial = PartialBaseline.empty(self.options, self.slice_by)
+        target = max(MIN_BATCH_ROWS, self.batch_rows // 2)  # a partition is read as pieces plus their concat
+        n_parts = int(min(4096, max(1, math.ceil(1.3 * estimated_rows(self.files) / target))))
+        self.stats.partitions = n_parts
+        self.rows_read = 0
+        with tempfile.TemporaryDirectory(prefix="rankwatch-spill-", dir=spill_dir) as tmp:
+            spill = SpillPartitions(Path(tmp), n_parts)
+            try:
+                for batch in iter_batches(self.files, self.batch_rows, skip_invalid=self.skip_invalid):
+                    self.rows_read += len(batch)
+                    self.stats.batches += 1
+                    partial.count_skipped(batch.lost)
+                    spill.write(batch)
+                    self._report("spilling", partial)
+            finally:
+                spill.close()
+            self.stats.spilled_bytes = spill.bytes_written
+            self._score_partitions(partial, spill, target, depth=0)
+        return partial
+
+    def _score_partitions(self, partial: PartialBaseline, spill: SpillPartitions, target: int, depth: int) -> None:
+        for p in range(spill.n):
+            if spill.rows[p] > target and depth < 3:  # unlucky hash or a skewed input: split it again
+                sub = SpillPartitions(spill.folder / f"split-{p}", int(math.ceil(1.3 * spill.rows[p] / target)),
+                                      seed=depth + 1)  # fmt: skip
+                try:
+                    for piece in spill.pieces(p):
+                        sub.write(piece)
+                finally:
+                    sub.close()
+                spill.remove(p)
+                self.stats.spilled_bytes += sub.bytes_written
+                self._score_partitions(partial, sub, target, depth + 1)
+                continue
+            batch = spill.read(p)
+            spill.remove(p)
+            if batch is not None:
+                self._score(partial, batch)
+            self._report("scoring", partial)
+
+
+def _with_last(items: Iterator[T]) -> Iterator[tuple[T, bool]]:
+    """Each item with a flag telling whether it is the last one."""
+    it = iter(items)
+    try:
+        prev = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield prev, False
+        prev = item
+    yield prev, True
