@@ -33,7 +33,8 @@ def request_hashes(ids: pd.Series, seed: int = 0) -> npt.NDArray[np.uint64]:
     """
     text = ids if (pd.api.types.is_string_dtype(ids.dtype) and ids.dtype != object) else ids.map(str)
     key = f"rankwatch{seed:07d}"[:16]
-    return pd.util.hash_pandas_object(text, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+    hashed: npt.NDArray[np.uint64] = pd.util.hash_pandas_object(text, index=False, hash_key=key).to_numpy(np.uint64)
+    return hashed
 
 
 class SpillPartitions:
@@ -59,7 +60,7 @@ class SpillPartitions:
         order = np.argsort(part, kind="stable")
         counts = np.bincount(part, minlength=self.n)
         ends = np.cumsum(counts)
-        for p in np.flatnonzero(counts):
+        for p in map(int, np.flatnonzero(counts)):
             rows = order[ends[p] - counts[p] : ends[p]]
             piece = batch.take(rows)
             fh = self._files[p]
