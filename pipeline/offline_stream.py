@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -44,8 +44,8 @@ from rankwatch.pipeline.readers import InvalidEvaluationData, validate_rows
 from rankwatch.pipeline.slicing import SliceSpec
 from rankwatch.pipeline.spill import SpillPartitions, request_hashes
 
-__all__ = ["BASE_BYTES", "BYTES_PER_ROW", "DEFAULT_MEMORY_LIMIT", "Layout", "StreamStats", "batch_rows_for",
-           "stream_baseline"]  # fmt: skip
+__all__ = ["BASE_BYTES", "BYTES_PER_ROW", "DEFAULT_MEMORY_LIMIT", "Layout", "RequestsNotGrouped", "StreamStats",
+           "batch_rows_for", "score_grouped", "stream_baseline"]  # fmt: skip
 
 Layout = Literal["auto", "grouped", "scattered"]
 DEFAULT_MEMORY_LIMIT = 1 << 30
@@ -142,6 +142,76 @@ class _HashSet:
             self._arrays = [np.sort(np.concatenate(self._arrays))]
 
 
+def score_grouped(
+    batches: Iterable[RowBatch],
+    *,
+    names: Sequence[str],
+    options: MetricOptions,
+    slice_by: tuple[str, ...],
+    skip_invalid: bool = False,
+    stats: StreamStats | None = None,
+    on_batch: Callable[[PartialBaseline], None] | None = None,
+) -> PartialBaseline:
+    """Partial baseline of batches whose requests are contiguous (the last one of a batch may go on).
+
+    Each batch is validated and scored but for its last request, which is carried into the next batch.
+    Raises :class:`RequestsNotGrouped` at the first request that comes back after it was finished (found
+    with 64-bit hashes of the finished requests' ids; a hash collision, about ``n^2 / 2^65`` for ``n``
+    requests, only costs a needless restart in the scattered layout).
+    """
+    partial = PartialBaseline.empty(options, slice_by)
+    finished = _HashSet()
+    carry: RowBatch | None = None
+    for batch, last in _with_last(iter(batches)):
+        partial.count_skipped(batch.lost)
+        if carry is not None:
+            batch = RowBatch.concat([carry, batch])
+            carry = None
+        if len(batch) == 0:
+            continue
+        ids = batch.frame["request_id"]
+        run_start = np.empty(len(ids), dtype=bool)
+        run_start[0] = True
+        run_start[1:] = differs_from_previous(ids)
+        starts = np.flatnonzero(run_start)
+        done = batch
+        if not last:  # the last request may continue in the next batch
+            tail = int(starts[-1])
+            carry, done, starts = batch.take(slice(tail, None)), batch.take(slice(0, tail)), starts[:-1]
+        if starts.size == 0:
+            continue
+        first_ids = done.frame["request_id"].iloc[starts]
+        known = first_ids.notna().to_numpy(dtype=bool)  # a missing id is rejected, wherever it is
+        h = request_hashes(first_ids[known])
+        if np.unique(h).size < h.size or finished.contains_any(h):
+            raise RequestsNotGrouped(
+                f"{_came_back(done, names, starts[known], h, finished)}: the rows of a request are not "
+                "contiguous; use --layout scattered (or auto)"
+            )
+        finished.add(h)
+        evalset = validate_rows(done.frame, names, done.file_index, done.numbers, skip_invalid=skip_invalid)
+        partial.merge(partial_baseline(evalset, options, slice_by))
+        if stats is not None:
+            stats.finished_hashes = finished.size
+        if on_batch is not None:
+            on_batch(partial)
+    return partial
+
+
+def _came_back(
+    done: RowBatch, names: Sequence[str], rows: npt.NDArray[np.int64], h: npt.NDArray[np.uint64], finished: _HashSet
+) -> str:
+    """File and row of the first request that comes back (for the error message)."""
+    _, first_index = np.unique(h, return_index=True)
+    repeated = np.ones(h.size, dtype=bool)
+    repeated[first_index] = False
+    for i in range(h.size):
+        if repeated[i] or finished.contains_any(h[i : i + 1]):
+            r = int(rows[i])
+            return f"{names[int(done.file_index[r])]}: row {int(done.numbers[r])}"
+    return names[0]
+
+
 class _Run:
     def __init__(
         self, files: list[InputFile], options: MetricOptions, slice_by: tuple[str, ...], skip_invalid: bool,
@@ -167,55 +237,17 @@ class _Run:
     def grouped(self) -> PartialBaseline:
         """Contiguous requests: score batch by batch, carrying the last request over."""
         self.stats.layout = "grouped"
-        partial = PartialBaseline.empty(self.options, self.slice_by)
-        finished = _HashSet()
-        carry: RowBatch | None = None
         self.rows_read = 0
-        for batch, last in _with_last(iter_batches(self.files, self.batch_rows, skip_invalid=self.skip_invalid)):
-            self.rows_read += len(batch)
-            self.stats.batches += 1
-            partial.count_skipped(batch.lost)
-            if carry is not None:
-                batch = RowBatch.concat([carry, batch])
-                carry = None
-            if len(batch) == 0:
-                continue
-            ids = batch.frame["request_id"]
-            run_start = np.empty(len(ids), dtype=bool)
-            run_start[0] = True
-            run_start[1:] = differs_from_previous(ids)
-            starts = np.flatnonzero(run_start)
-            done = batch
-            if not last:  # the last request may continue in the next batch
-                carry, done, starts = batch.take(slice(int(starts[-1]), None)), batch.take(slice(0, int(starts[-1]))), starts[:-1]  # fmt: skip
-            if starts.size == 0:
-                continue
-            first_ids = done.frame["request_id"].iloc[starts]
-            known = first_ids.notna().to_numpy(dtype=bool)  # a missing id is rejected, wherever it is
-            h = request_hashes(first_ids[known])
-            if np.unique(h).size < h.size or finished.contains_any(h):
-                raise RequestsNotGrouped(
-                    f"{self._where(done, starts, known, h, finished)}: the rows of a request are not "
-                    "contiguous; use --layout scattered (or auto)"
-                )
-            finished.add(h)
-            self.stats.finished_hashes = finished.size
-            self._score(partial, done)
-            self._report("grouped", partial)
-        return partial
 
-    def _where(self, done: RowBatch, starts: npt.NDArray[np.int64], known: npt.NDArray[np.bool_],
-               h: npt.NDArray[np.uint64], finished: _HashSet) -> str:  # fmt: skip
-        """File and row of the first request that comes back (for the error message)."""
-        rows = starts[known]
-        _, first_index = np.unique(h, return_index=True)
-        seen_here = np.ones(h.size, dtype=bool)
-        seen_here[first_index] = False
-        for i in range(h.size):
-            if seen_here[i] or finished.contains_any(h[i : i + 1]):
-                r = int(rows[i])
-                return f"{self.names[int(done.file_index[r])]}: row {int(done.numbers[r])}"
-        return self.names[0]
+        def counted() -> Iterator[RowBatch]:
+            for batch in iter_batches(self.files, self.batch_rows, skip_invalid=self.skip_invalid):
+                self.rows_read += len(batch)
+                self.stats.batches += 1
+                yield batch
+
+        return score_grouped(counted(), names=self.names, options=self.options, slice_by=self.slice_by,
+                             skip_invalid=self.skip_invalid, stats=self.stats,
+                             on_batch=lambda partial: self._report("grouped", partial))  # fmt: skip
 
     def scattered(self, spill_dir: str | os.PathLike[str] | None) -> PartialBaseline:
         """Any row order: hash rows into spill files, then score one partition at a time."""

@@ -33,7 +33,7 @@ def request_hashes(ids: pd.Series, seed: int = 0) -> npt.NDArray[np.uint64]:
     """
     text = ids if (pd.api.types.is_string_dtype(ids.dtype) and ids.dtype != object) else ids.map(str)
     key = f"rankwatch{seed:07d}"[:16]
-    hashed: npt.NDArray[np.uint64] = pd.util.hash_pandas_object(text, index=False, hash_key=key).to_numpy(np.uint64)
+    hashed = np.asarray(pd.util.hash_pandas_object(text, index=False, hash_key=key), dtype=np.uint64)
     return hashed
 
 

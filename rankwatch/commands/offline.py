@@ -58,19 +58,35 @@ def _cutoffs(value: str | None, option: str) -> tuple[int, ...] | None:
 @click.option("--max-label-values", type=click.IntRange(min=1), default=50, show_default=True,
               help="Distinct values kept per label; the rest fold into __other__.")
 @click.option("--skip-invalid", is_flag=True, help="Skip and count invalid rows instead of failing.")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: streaming in this process; spark: PySpark (pip install 'rankwatch[spark]').")
+@click.option("--spark-master", default="local[2]", show_default=True, metavar="URL",
+              help="Spark master for --engine spark (local[N] or a cluster URL).")
+@click.option("--memory-limit", default="1G", show_default=True, metavar="SIZE",
+              help="Peak memory budget of the local engine (e.g. 768M, 2G); sets the batch size.")
+@click.option("--layout", type=click.Choice(["auto", "grouped", "scattered"]), default="auto", show_default=True,
+              help="grouped: a request's rows are contiguous; scattered: group out of core via spill files; "
+                   "auto: grouped until a request comes back.")
+@click.option("--spill-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for the spill files of scattered rows (default: the system temp folder).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar on stderr (default: when stderr is a terminal).")
 def command(
     inputs: tuple[str, ...], fmt: str, output: str | None, k: str | None, ndcg_k: str | None,
     map_k: str | None, gain: str, map_norm: str, no_relevant: str, by: str, max_label_values: int,
-    skip_invalid: bool,
+    skip_invalid: bool, engine: str, spark_master: str, memory_limit: str, layout: str, spill_dir: str | None,
+    progress: bool | None,
 ) -> None:  # fmt: skip
     """Compute MRR, NDCG@k, MAP@k, AUC-ROC and AUC-PR per slice of an evaluation set.
 
-    INPUT files are CSV, JSONL or Parquet with one row per shown item: request_id, item_id, score, label
-    and optionally position, segment, surface, variant, model.
+    INPUT files are CSV, JSONL (also .gz) or Parquet with one row per shown item: request_id, item_id,
+    score, label and optionally position, segment, surface, variant, model. An INPUT may be a directory
+    (hive-partitioned Parquet, say) or a glob. Inputs of any size are read in batches within
+    --memory-limit.
     """
-    from rankwatch.pipeline.offline import compute_baseline, write_baseline
+    from rankwatch.pipeline.offline import write_baseline
     from rankwatch.pipeline.options import MetricOptions
-    from rankwatch.pipeline.readers import InvalidEvaluationData, read_evaluation_files
+    from rankwatch.pipeline.readers import InvalidEvaluationData
     from rankwatch.pipeline.slicing import SliceSpec
 
     both = _cutoffs(k, "--k")
@@ -86,9 +102,13 @@ def command(
         slice_spec = SliceSpec(by=labels, max_values_per_label=max_label_values)
     except ValueError as e:
         raise ConfigError(f"bad option: {e}") from None
+    budget = parse_size(memory_limit, "--memory-limit")
+    show = sys.stderr.isatty() if progress is None else progress
     try:
-        evalset = read_evaluation_files(list(inputs), skip_invalid=skip_invalid)
-        result = compute_baseline(evalset, options=options, slice_spec=slice_spec)
+        if engine == "spark":
+            result = _spark_baseline(inputs, options, slice_spec, skip_invalid, spark_master)
+        else:
+            result = _local_baseline(inputs, options, slice_spec, skip_invalid, budget, layout, spill_dir, show)
     except FileNotFoundError as e:
         raise RankwatchError(str(e).strip("'\"")) from None
     except InvalidEvaluationData as e:
@@ -102,6 +122,64 @@ def command(
         click.echo(json.dumps(result.document(), indent=2, allow_nan=False))
     else:
         _print_table(result, output)
+
+
+def parse_size(value: str, option: str) -> int:
+    """Bytes of ``512M``, ``1G``, ``1.5GiB``, ``800000000`` (powers of 1024 for the suffixes)."""
+    text = value.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    try:
+        size = int(float(number) * scale)
+    except ValueError:
+        size = 0
+    if size < 64 << 20:
+        raise ConfigError(f"{option} takes a size of at least 64M such as 768M or 2G, got {value!r}")
+    return size
+
+
+def _local_baseline(
+    inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, budget: int, layout: str,
+    spill_dir: str | None, show_progress: bool,
+) -> BaselineResult:  # fmt: skip
+    from rankwatch.pipeline.offline_stream import stream_baseline
+
+    if not show_progress:
+        return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
+                               memory_limit=budget, layout=layout, spill_dir=spill_dir)  # type: ignore[arg-type]
+    from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("[bold]{task.fields[phase]}"), TextColumn("{task.fields[rows]:>14,} rows"),
+               TextColumn("{task.fields[requests]:>12,} requests"), TextColumn("{task.fields[rate]:>10} rows/s"),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, transient=True, console=_stderr_console()) as bar:
+        task = bar.add_task("offline", phase="reading", rows=0, requests=0, rate="-")
+
+        def report(phase: str, rows: int, requests: int) -> None:
+            elapsed = bar.tasks[0].elapsed or 0.0
+            rate = f"{rows / elapsed:,.0f}" if elapsed > 0 else "-"
+            bar.update(task, phase=phase, rows=rows, requests=requests, rate=rate)
+
+        return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
+                               memory_limit=budget, layout=layout, spill_dir=spill_dir,  # type: ignore[arg-type]
+                               progress=report)  # fmt: skip
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _spark_baseline(
+    inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, master: str
+) -> BaselineResult:
+    try:
+        from rankwatch.spark import spark_baseline_from_files
+    except ImportError as e:
+        raise RankwatchError(f"--engine spark needs pyspark: pip install 'rankwatch[spark]' ({e})") from None
+    return spark_baseline_from_files(list(inputs), options=options, slice_spec=slice_spec,
+                                     skip_invalid=skip_invalid, master=master)  # fmt: skip
 
 
 def _print_table(result: BaselineResult, output: str | None) -> None:
