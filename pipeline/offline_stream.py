@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -44,16 +44,21 @@ from rankwatch.pipeline.readers import InvalidEvaluationData, validate_rows
 from rankwatch.pipeline.slicing import SliceSpec
 from rankwatch.pipeline.spill import SpillPartitions, request_hashes
 
-__all__ = ["BASE_BYTES", "BYTES_PER_ROW", "DEFAULT_MEMORY_LIMIT", "Layout", "RequestsNotGrouped", "StreamStats",
+__all__ = ["BASE_BYTES", "BYTES_PER_ROW", "DEFAULT_MEMORY_LIMIT", "MIN_MEMORY_LIMIT", "Layout", "RequestsNotGrouped", "StreamStats",
            "batch_rows_for", "score_grouped", "stream_baseline"]  # fmt: skip
 
 Layout = Literal["auto", "grouped", "scattered"]
 DEFAULT_MEMORY_LIMIT = 1 << 30
-BASE_BYTES = 256 << 20  # interpreter, numpy, pandas, pyarrow loaded
-BYTES_PER_ROW = 700  # peak bytes per row in flight: the frame, validation and kernel arrays (measured)
-MIN_BATCH_ROWS = 1_000
+# Calibrated on 10 M Parquet rows (bench/offline_scale.py, docs/benchmarks.md): the peak resident memory of
+# ``rankwatch offline`` was about 310 MiB (interpreter, libraries, Arrow's pool, aggregates) plus 440 bytes
+# per row of a batch (the frame, validation, rank order, kernel and AUC arrays alive at once). The budget
+# keeps 15 % in reserve for the allocator's fragmentation and for requests shorter than the 20 rows measured.
+BASE_BYTES = 300 << 20
+BYTES_PER_ROW = 500
+BUDGET_SHARE = 0.85
+MIN_MEMORY_LIMIT = 384 << 20
+MIN_BATCH_ROWS = 10_000
 ProgressFn = Callable[[str, int, int], None]  # (phase, rows read, requests done)
-T = TypeVar("T")
 
 
 @dataclass
@@ -73,8 +78,14 @@ class RequestsNotGrouped(InvalidEvaluationData):
 
 
 def batch_rows_for(memory_limit: int) -> int:
-    """Rows per batch that keep the peak resident memory under ``memory_limit`` bytes."""
-    return max(MIN_BATCH_ROWS, (memory_limit - BASE_BYTES) // BYTES_PER_ROW)
+    """Rows per batch that keep the peak resident memory under ``memory_limit`` bytes.
+
+    ``rows = (BUDGET_SHARE * memory_limit - BASE_BYTES) / BYTES_PER_ROW``, at least ``MIN_BATCH_ROWS``;
+    a budget below :data:`MIN_MEMORY_LIMIT` cannot be honoured (``ValueError``).
+    """
+    if memory_limit < MIN_MEMORY_LIMIT:
+        raise ValueError(f"a memory limit below {MIN_MEMORY_LIMIT >> 20}M cannot be honoured")
+    return max(MIN_BATCH_ROWS, int(BUDGET_SHARE * memory_limit - BASE_BYTES) // BYTES_PER_ROW)
 
 
 def stream_baseline(
@@ -107,11 +118,12 @@ def stream_baseline(
         partial = run.scattered(spill_dir)
     else:
         try:
-            partial = run.grouped()
+            found: PartialBaseline | None = run.grouped()
         except RequestsNotGrouped:
             if layout == "grouped":
                 raise
-            partial = run.scattered(spill_dir)
+            found = None  # restart outside the handler: its traceback holds the first reader's buffers
+        partial = found if found is not None else run.scattered(spill_dir)
     if partial.rows == 0:
         skipped = partial.skipped_rows
         raise InvalidEvaluationData(
@@ -162,40 +174,53 @@ def score_grouped(
     partial = PartialBaseline.empty(options, slice_by)
     finished = _HashSet()
     carry: RowBatch | None = None
-    for batch, last in _with_last(iter(batches)):
+    for batch in batches:  # no look-ahead: a batch read ahead would be one more batch in memory
         partial.count_skipped(batch.lost)
         if carry is not None:
             batch = RowBatch.concat([carry, batch])
-            carry = None
+        carry = None
         if len(batch) == 0:
             continue
-        ids = batch.frame["request_id"]
-        run_start = np.empty(len(ids), dtype=bool)
-        run_start[0] = True
-        run_start[1:] = differs_from_previous(ids)
-        starts = np.flatnonzero(run_start)
-        done = batch
-        if not last:  # the last request may continue in the next batch
-            tail = int(starts[-1])
-            carry, done, starts = batch.take(slice(tail, None)), batch.take(slice(0, tail)), starts[:-1]
-        if starts.size == 0:
-            continue
-        first_ids = done.frame["request_id"].iloc[starts]
-        known = first_ids.notna().to_numpy(dtype=bool)  # a missing id is rejected, wherever it is
-        h = request_hashes(first_ids[known])
-        if np.unique(h).size < h.size or finished.contains_any(h):
-            raise RequestsNotGrouped(
-                f"{_came_back(done, names, starts[known], h, finished)}: the rows of a request are not "
-                "contiguous; use --layout scattered (or auto)"
-            )
-        finished.add(h)
-        evalset = validate_rows(done.frame, names, done.file_index, done.numbers, skip_invalid=skip_invalid)
-        partial.merge(partial_baseline(evalset, options, slice_by))
+        starts = _run_starts(batch)
+        tail = int(starts[-1])  # the last request may continue in the next batch
+        carry = batch.take(slice(tail, None))
+        if tail:
+            done = batch.take(slice(0, tail))
+            del batch
+            _score_finished(partial, done, starts[:-1], finished, names, options, slice_by, skip_invalid)
         if stats is not None:
             stats.finished_hashes = finished.size
         if on_batch is not None:
             on_batch(partial)
+    if carry is not None:
+        _score_finished(partial, carry, _run_starts(carry), finished, names, options, slice_by, skip_invalid)
     return partial
+
+
+def _run_starts(batch: RowBatch) -> npt.NDArray[np.int64]:
+    ids = batch.frame["request_id"]
+    run_start = np.empty(len(ids), dtype=bool)
+    run_start[0] = True
+    run_start[1:] = differs_from_previous(ids)
+    return np.flatnonzero(run_start)
+
+
+def _score_finished(
+    partial: PartialBaseline, done: RowBatch, starts: npt.NDArray[np.int64], finished: _HashSet,
+    names: Sequence[str], options: MetricOptions, slice_by: tuple[str, ...], skip_invalid: bool,
+) -> None:  # fmt: skip
+    """Check that no request of ``done`` came back, then validate and score it."""
+    first_ids = done.frame["request_id"].iloc[starts]
+    known = first_ids.notna().to_numpy(dtype=bool)  # a missing id is rejected, wherever it is
+    h = request_hashes(first_ids[known])
+    if np.unique(h).size < h.size or finished.contains_any(h):
+        raise RequestsNotGrouped(
+            f"{_came_back(done, names, starts[known], h, finished)}: the rows of a request are not "
+            "contiguous; use --layout scattered (or auto)"
+        )
+    finished.add(h)
+    evalset = validate_rows(done.frame, names, done.file_index, done.numbers, skip_invalid=skip_invalid)
+    partial.merge(partial_baseline(evalset, options, slice_by))
 
 
 def _came_back(
@@ -291,16 +316,3 @@ class _Run:
             if batch is not None:
                 self._score(partial, batch)
             self._report("scoring", partial)
-
-
-def _with_last(items: Iterator[T]) -> Iterator[tuple[T, bool]]:
-    """Each item with a flag telling whether it is the last one."""
-    it = iter(items)
-    try:
-        prev = next(it)
-    except StopIteration:
-        return
-    for item in it:
-        yield prev, False
-        prev = item
-    yield prev, True

@@ -133,8 +133,8 @@ def parse_size(value: str, option: str) -> int:
         size = int(float(number) * scale)
     except ValueError:
         size = 0
-    if size < 64 << 20:
-        raise ConfigError(f"{option} takes a size of at least 64M such as 768M or 2G, got {value!r}")
+    if size < 384 << 20:  # MIN_MEMORY_LIMIT of pipeline.offline_stream
+        raise ConfigError(f"{option} takes a size of at least 384M such as 768M or 2G, got {value!r}")
     return size
 
 
