@@ -34,6 +34,7 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 from rankwatch.pipeline.batches import InputFile, RowBatch, estimated_rows, expand_inputs, iter_batches
 from rankwatch.pipeline.grouping import differs_from_previous
@@ -198,11 +199,22 @@ def score_grouped(
 
 
 def _run_starts(batch: RowBatch) -> npt.NDArray[np.int64]:
+    """First row of every run of equal request ids; rows without an id (rejected later) break no run."""
     ids = batch.frame["request_id"]
+    missing = ids.isna().to_numpy(dtype=bool, copy=True)
+    if pd.api.types.is_string_dtype(ids.dtype):
+        missing |= (ids == "").to_numpy(dtype=bool, na_value=True)
+    if missing.all():
+        return np.zeros(1, dtype=np.int64)
+    present = np.flatnonzero(~missing)
+    if present.size < len(ids):
+        ids = ids.iloc[present]
     run_start = np.empty(len(ids), dtype=bool)
     run_start[0] = True
     run_start[1:] = differs_from_previous(ids)
-    return np.flatnonzero(run_start)
+    starts = present[run_start]
+    starts[0] = 0  # rows before the first id go with the first request
+    return starts
 
 
 def _score_finished(
@@ -211,7 +223,9 @@ def _score_finished(
 ) -> None:  # fmt: skip
     """Check that no request of ``done`` came back, then validate and score it."""
     first_ids = done.frame["request_id"].iloc[starts]
-    known = first_ids.notna().to_numpy(dtype=bool)  # a missing id is rejected, wherever it is
+    known = first_ids.notna().to_numpy(dtype=bool, copy=True)  # the first row may lack an id (rejected later)
+    if pd.api.types.is_string_dtype(first_ids.dtype):
+        known &= (first_ids != "").to_numpy(dtype=bool, na_value=False)
     h = request_hashes(first_ids[known])
     if np.unique(h).size < h.size or finished.contains_any(h):
         raise RequestsNotGrouped(
