@@ -175,11 +175,18 @@ def spark_baseline_from_files(
     skip_invalid: bool = False,
     master: str = "local[2]",
 ) -> BaselineResult:
-    """``rankwatch offline --engine spark``: read the inputs with Spark and compute their baseline."""
-    spark = local_session(master)
+    """``rankwatch offline --engine spark``: read the inputs with Spark and compute their baseline.
+
+    Uses the active Spark session if there is one (and leaves it running), else starts one on ``master``.
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    spark = active or local_session(master)
     try:
         df = read_inputs(spark, paths)
         return spark_baseline(df, options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
                               inputs=tuple(paths))  # fmt: skip
     finally:
-        spark.stop()
+        if active is None:
+            spark.stop()
