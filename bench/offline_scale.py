@@ -232,6 +232,20 @@ def compare(doc: dict[str, Any], expected: dict[str, Any]) -> float:
     return worst
 
 
+def _largest_difference(a: Any, b: Any) -> float:
+    if isinstance(a, dict):
+        if a.keys() != b.keys():
+            return float("inf")
+        return max((_largest_difference(a[k], b[k]) for k in a), default=0.0)
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return float("inf")
+        return max((_largest_difference(x, y) for x, y in zip(a, b, strict=True)), default=0.0)
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) / max(1.0, abs(b))
+    return 0.0 if a == b else float("inf")
+
+
 PYTREC_CHILD = """
 import sys, time, pyarrow.parquet as pq, pytrec_eval
 t = time.perf_counter()
@@ -259,6 +273,8 @@ def main() -> None:
     parser.add_argument("--pytrec", action="store_true")
     parser.add_argument("--dir", default="/tmp/rankwatch-scale")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--save", default=None, help="write the result document here (to compare two runs)")
+    parser.add_argument("--compare", default=None, help="a saved result document that must be equal (1e-12)")
     args = parser.parse_args()
     n = args.rows // ITEMS * ITEMS
     folder = Path(args.dir)
@@ -281,6 +297,13 @@ def main() -> None:
                 f"budget {args.memory_limit or 'default'}"  # fmt: skip
         print(f"{label}: {m['wall_s']:.1f} s, {n / m['wall_s']:,.0f} rows/s, max RSS {m['max_rss'] / 2**20:,.0f} MiB, "
               f"process tree peak {m['tree_peak'] / 2**20:,.0f} MiB; requests {doc['overall']['requests']:,}")  # fmt: skip
+        if args.save:
+            Path(args.save).write_text(json.dumps(doc))
+        if args.compare:
+            worst = _largest_difference(doc, json.loads(Path(args.compare).read_text()))
+            print(f"compared with {args.compare}: largest difference {worst:.2g}")
+            if worst > 1e-12:
+                raise SystemExit("MISMATCH with the saved result")
         if args.check:
             worst = compare(doc, oracle(n))
             print(f"check: equal to the independent computation (largest difference {worst:.2g})")

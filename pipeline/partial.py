@@ -31,10 +31,10 @@ from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_groups
 from rankwatch.pipeline.kernel import offsets_from_lengths, per_request_metrics
 from rankwatch.pipeline.offline import BaselineResult, rank_order
 from rankwatch.pipeline.options import MetricOptions
-from rankwatch.pipeline.readers import EvaluationSet, RequestLabels
+from rankwatch.pipeline.readers import EvaluationSet, RequestLabels, validate_rows
 from rankwatch.pipeline.slicing import OVERFLOW_VALUE, SLICE_LABELS, UNKNOWN_VALUE, SliceKey, SliceSpec
 
-__all__ = ["PARTIAL_FORMAT", "PartialBaseline", "merge_partials", "partial_baseline"]
+__all__ = ["PARTIAL_FORMAT", "PartialBaseline", "merge_partials", "partial_baseline", "partial_of_frame"]
 
 PARTIAL_FORMAT = "rankwatch-partial/1"
 RawKey = tuple[str, ...]  # one uncapped value per label of ``slice_by``
@@ -223,6 +223,25 @@ def partial_baseline(
             else:
                 out.raw_slices[raw] = aggs[g]
     return out
+
+
+def partial_of_frame(
+    frame: pd.DataFrame,
+    options: MetricOptions,
+    slice_by: tuple[str, ...] = ("segment", "surface"),
+    *,
+    skip_invalid: bool = False,
+    source: str = "<frame>",
+) -> PartialBaseline:
+    """Map step on a DataFrame of complete requests (a Dask or Ray partition): validate, then score.
+
+    Rows are numbered 1.. in frame order for error messages; an empty partition, or one whose rows are
+    all skipped as invalid, gives a partial with no requests (not an error).
+    """
+    n = len(frame)
+    evalset = validate_rows(frame, [source], np.zeros(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64),
+                            skip_invalid=skip_invalid)  # fmt: skip
+    return partial_baseline(evalset, options, slice_by)
 
 
 def _groups_and_first(combined: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,8 +10,8 @@ from offline_data import assert_same_result, random_frame
 
 from rankwatch.pipeline.offline import compute_baseline
 from rankwatch.pipeline.options import MetricOptions
-from rankwatch.pipeline.partial import PartialBaseline, merge_partials, partial_baseline
-from rankwatch.pipeline.readers import validate_evaluation_frame
+from rankwatch.pipeline.partial import PartialBaseline, merge_partials, partial_baseline, partial_of_frame
+from rankwatch.pipeline.readers import InvalidEvaluationData, validate_evaluation_frame
 from rankwatch.pipeline.slicing import SliceSpec
 
 
@@ -31,11 +31,8 @@ def test_merged_partials_equal_the_in_memory_baseline(
     part_of_row = part_of_request[frame["request_id"].str[1:].astype(int).to_numpy()]
     partials = []
     for p in rng.permutation(parts):
-        rows = frame[part_of_row == p]
-        if len(rows) == 0:
-            partials.append(PartialBaseline.empty(options, spec.by))
-            continue
-        partial = partial_baseline(validate_evaluation_frame(rows), options, spec.by)
+        rows = frame[part_of_row == p]  # may be empty
+        partial = partial_of_frame(rows, options, spec.by)
         partials.append(partial.to_bytes() if through_bytes else partial)
     merged = merge_partials(partials)
     assert_same_result(merged.finish(inputs=("<frame>",), max_values_per_label=cap), expected)
@@ -72,3 +69,11 @@ def test_caps_are_applied_once_over_all_requests() -> None:
     assert set(got.slices) == {(("segment", "wide"),), (("segment", "__other__"),)}
     assert got.label_overflow == expected.label_overflow == {"segment": 8}
     assert_same_result(got, expected)
+
+
+def test_a_partition_of_invalid_rows_only_is_empty_or_named() -> None:
+    frame = random_frame(np.random.default_rng(2), 5)
+    frame["score"] = np.nan
+    assert partial_of_frame(frame, MetricOptions(), skip_invalid=True).skipped_by_reason == {"bad_score": len(frame)}
+    with pytest.raises(InvalidEvaluationData, match="<frame>: row 1: score is missing"):
+        partial_of_frame(frame, MetricOptions())
