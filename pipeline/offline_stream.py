@@ -291,6 +291,7 @@ class _Run:
     def scattered(self, spill_dir: str | os.PathLike[str] | None) -> PartialBaseline:
         """Any row order: hash rows into spill files, then score one partition at a time."""
         self.stats.layout = "scattered"
+        self.stats.batches = 0  # a restart after the grouped attempt counts again
         partial = PartialBaseline.empty(self.options, self.slice_by)
         target = max(MIN_BATCH_ROWS, self.batch_rows // 2)  # a partition is read as pieces plus their concat
         n_parts = int(min(4096, max(1, math.ceil(1.3 * estimated_rows(self.files) / target))))

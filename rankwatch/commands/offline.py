@@ -102,13 +102,16 @@ def command(
         slice_spec = SliceSpec(by=labels, max_values_per_label=max_label_values)
     except ValueError as e:
         raise ConfigError(f"bad option: {e}") from None
+    from rankwatch.pipeline.offline_stream import StreamStats
+
     budget = parse_size(memory_limit, "--memory-limit")
+    stats = StreamStats()
     show = sys.stderr.isatty() if progress is None else progress
     try:
         if engine == "spark":
             result = _spark_baseline(inputs, options, slice_spec, skip_invalid, spark_master)
         else:
-            result = _local_baseline(inputs, options, slice_spec, skip_invalid, budget, layout, spill_dir, show)
+            result = _local_baseline(inputs, options, slice_spec, skip_invalid, budget, layout, spill_dir, show, stats)
     except FileNotFoundError as e:
         raise RankwatchError(str(e).strip("'\"")) from None
     except InvalidEvaluationData as e:
@@ -121,7 +124,7 @@ def command(
     if fmt == "json":
         click.echo(json.dumps(result.document(), indent=2, allow_nan=False))
     else:
-        _print_table(result, output)
+        _print_table(result, output, stats if engine == "local" else None)
 
 
 def parse_size(value: str, option: str) -> int:
@@ -140,13 +143,14 @@ def parse_size(value: str, option: str) -> int:
 
 def _local_baseline(
     inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, budget: int, layout: str,
-    spill_dir: str | None, show_progress: bool,
+    spill_dir: str | None, show_progress: bool, stats: Any,
 ) -> BaselineResult:  # fmt: skip
     from rankwatch.pipeline.offline_stream import stream_baseline
 
     if not show_progress:
         return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
-                               memory_limit=budget, layout=layout, spill_dir=spill_dir)  # type: ignore[arg-type]
+                               memory_limit=budget, layout=layout, spill_dir=spill_dir,  # type: ignore[arg-type]
+                               stats=stats)  # fmt: skip
     from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("[bold]{task.fields[phase]}"), TextColumn("{task.fields[rows]:>14,} rows"),
@@ -162,7 +166,7 @@ def _local_baseline(
 
         return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
                                memory_limit=budget, layout=layout, spill_dir=spill_dir,  # type: ignore[arg-type]
-                               progress=report)  # fmt: skip
+                               progress=report, stats=stats)  # fmt: skip
 
 
 def _stderr_console() -> Any:
@@ -182,7 +186,7 @@ def _spark_baseline(
                                      skip_invalid=skip_invalid, master=master)  # fmt: skip
 
 
-def _print_table(result: BaselineResult, output: str | None) -> None:
+def _print_table(result: BaselineResult, output: str | None, stats: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -213,6 +217,11 @@ def _print_table(result: BaselineResult, output: str | None) -> None:
         notes.append(f"skipped {result.skipped_rows:,} invalid rows ({reasons})")
     for lbl, n in sorted(result.label_overflow.items()):
         notes.append(f"{n:,} requests folded into {lbl}=__other__ (cap {result.slice_spec.max_values_per_label})")
+    if stats is not None and stats.batches:
+        how = f"streamed in {stats.batches:,} batches of up to {stats.batch_rows:,} rows, {stats.layout} layout"
+        if stats.layout == "scattered":
+            how += f" ({stats.partitions:,} partitions, {stats.spilled_bytes / 2**20:,.0f} MiB spilled)"
+        notes.append(how)
     if output:
         notes.append(f"baseline written to {output}")
     for note in notes:
