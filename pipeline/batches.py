@@ -13,8 +13,10 @@ number, so errors name the same row as the in-memory reader (:mod:`pipeline.read
 - JSONL (also gzip) line by line.
 
 A batch holds only the evaluation columns (:data:`EVALUATION_COLUMNS`, so a column added to the readers
-comes along), and every batch carries the columns that any Parquet or CSV input has: like the
-in-memory reader's concatenation, a file without ``position`` among files with one has missing positions.
+comes along), and every batch carries the columns that any Parquet or CSV input has, or that a JSONL line
+before it had: like the in-memory reader's concatenation, a file without ``position`` among files with
+one has missing positions. (Only JSONL lines *before* the first line naming a column are not known to lack
+it; the in-memory reader would call their position missing.)
 """
 
 from __future__ import annotations
@@ -196,6 +198,7 @@ def iter_batches(
         else:
             chunks = _jsonl_chunks(f, max(1, batch_rows // 4), skip_invalid)  # dicts cost ~1 kB a row
         for frame, numbers, lost in chunks:
+            columns += [c for c in frame.columns if c not in columns]  # JSONL: columns seen so far
             for c in EVALUATION_COLUMNS:
                 if c not in frame.columns and (c in columns or c in REQUIRED_COLUMNS):
                     frame[c] = pd.Series([None] * len(frame), dtype=object)
