@@ -300,7 +300,9 @@ class _Run:
         with tempfile.TemporaryDirectory(prefix="rankwatch-spill-", dir=spill_dir) as tmp:
             spill = SpillPartitions(Path(tmp), n_parts)
             try:
-                for batch in iter_batches(self.files, self.batch_rows, skip_invalid=self.skip_invalid):
+                # Half batches while spilling: its hashes, sort and pieces cost more per row than scoring.
+                for batch in iter_batches(self.files, max(MIN_BATCH_ROWS, self.batch_rows // 2),
+                                          skip_invalid=self.skip_invalid):  # fmt: skip
                     self.rows_read += len(batch)
                     self.stats.batches += 1
                     partial.count_skipped(batch.lost)
