@@ -182,8 +182,16 @@ def _spark_baseline(
         from rankwatch.spark import spark_baseline_from_files
     except ImportError as e:
         raise RankwatchError(f"--engine spark needs pyspark: pip install 'rankwatch[spark]' ({e})") from None
-    return spark_baseline_from_files(list(inputs), options=options, slice_spec=slice_spec,
-                                     skip_invalid=skip_invalid, master=master)  # fmt: skip
+    from rankwatch.pipeline.readers import InvalidEvaluationData
+
+    try:
+        return spark_baseline_from_files(list(inputs), options=options, slice_spec=slice_spec,
+                                         skip_invalid=skip_invalid, master=master)  # fmt: skip
+    except (InvalidEvaluationData, FileNotFoundError, RankwatchError):
+        raise
+    except Exception as e:  # Py4J / PySpark errors carry a JVM stack trace: keep its first line
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise RankwatchError(f"spark: {first}") from None
 
 
 def _print_table(result: BaselineResult, output: str | None, stats: Any = None) -> None:
