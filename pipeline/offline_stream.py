@@ -101,10 +101,14 @@ def stream_baseline(
     batch_rows: int | None = None,
     progress: ProgressFn | None = None,
     stats: StreamStats | None = None,
+    partition_by: str = "request_id",
 ) -> BaselineResult:
     """The baseline of the inputs (files, directories, globs) in bounded memory; see the module docstring.
 
-    ``batch_rows`` overrides the size the budget gives (tests use tiny batches). Raises
+    ``batch_rows`` overrides the size the budget gives (tests use tiny batches). ``partition_by`` names
+    the column the scattered layout hashes: another column that is constant within a request (a user id,
+    for metrics that need all requests of a user together) makes every partition hold complete groups of
+    that column; it implies the scattered layout. Raises
     ``FileNotFoundError`` and :class:`~pipeline.readers.InvalidEvaluationData` like
     :func:`pipeline.readers.read_evaluation_files`.
     """
@@ -115,7 +119,8 @@ def stream_baseline(
     rows_per_batch = batch_rows or batch_rows_for(memory_limit)
     stats.batch_rows = rows_per_batch
     run = _Run(files, options, slice_spec.by, skip_invalid, rows_per_batch, progress, stats)
-    if layout == "scattered":
+    run.partition_by = partition_by
+    if layout == "scattered" or partition_by != "request_id":
         partial = run.scattered(spill_dir)
     else:
         try:
@@ -259,6 +264,7 @@ class _Run:
         self.files, self.options, self.slice_by = files, options, slice_by
         self.skip_invalid, self.batch_rows, self.stats = skip_invalid, batch_rows, stats
         self.progress = progress
+        self.partition_by = "request_id"
         self.names = [f.name for f in files]
         self.rows_read = 0
 
@@ -298,7 +304,7 @@ class _Run:
         self.stats.partitions = n_parts
         self.rows_read = 0
         with tempfile.TemporaryDirectory(prefix="rankwatch-spill-", dir=spill_dir) as tmp:
-            spill = SpillPartitions(Path(tmp), n_parts)
+            spill = SpillPartitions(Path(tmp), n_parts, column=self.partition_by)
             try:
                 # Half batches while spilling: its hashes, sort and pieces cost more per row than scoring.
                 for batch in iter_batches(self.files, max(MIN_BATCH_ROWS, self.batch_rows // 2),
@@ -318,7 +324,7 @@ class _Run:
         for p in range(spill.n):
             if spill.rows[p] > target and depth < 3:  # unlucky hash or a skewed input: split it again
                 sub = SpillPartitions(spill.folder / f"split-{p}", int(math.ceil(1.3 * spill.rows[p] / target)),
-                                      seed=depth + 1)  # fmt: skip
+                                      seed=depth + 1, column=spill.column)  # fmt: skip
                 try:
                     for piece in spill.pieces(p):
                         sub.write(piece)

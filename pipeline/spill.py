@@ -40,8 +40,9 @@ def request_hashes(ids: pd.Series, seed: int = 0) -> npt.NDArray[np.uint64]:
 class SpillPartitions:
     """``n`` append-only partition files under ``folder``, rows routed by :func:`request_hashes`."""
 
-    def __init__(self, folder: Path, n: int, seed: int = 0) -> None:
+    def __init__(self, folder: Path, n: int, seed: int = 0, column: str = "request_id") -> None:
         self.folder = folder
+        self.column = column  # rows with equal values land together (a column constant per request)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.n = n
         self.seed = seed
@@ -56,7 +57,7 @@ class SpillPartitions:
         """Append the batch's rows to their partitions (input order kept within each)."""
         if len(batch) == 0:
             return
-        part = (request_hashes(batch.frame["request_id"], self.seed) % np.uint64(self.n)).astype(np.int64)
+        part = (request_hashes(batch.frame[self.column], self.seed) % np.uint64(self.n)).astype(np.int64)
         order = np.argsort(part, kind="stable")
         counts = np.bincount(part, minlength=self.n)
         ends = np.cumsum(counts)

@@ -208,3 +208,14 @@ def test_shuffled_input_stays_within_a_small_budget(tmp_path: Path) -> None:
     assert peak_kib < 384 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
     assert '"requests": 60000' in out.stdout
     assert not list(tmp_path.glob("rankwatch-spill-*")), "spill files are removed"
+
+
+def test_partitions_by_another_column_constant_within_requests(tmp_path: Path) -> None:
+    """``partition_by`` (for a user id, say): every partition holds complete groups, results unchanged."""
+    rng = np.random.default_rng(12)
+    frame = scatter(random_frame(rng, 150), rng)
+    path = write(frame, tmp_path / "s.parquet")
+    stats = StreamStats()
+    got = stream_baseline([path], batch_rows=20, partition_by="segment", stats=stats, spill_dir=tmp_path)
+    assert stats.layout == "scattered"
+    assert_same_result(got, compute_baseline(read_evaluation_files([path])))
