@@ -59,6 +59,7 @@ BYTES_PER_ROW = 500
 BUDGET_SHARE = 0.85
 MIN_MEMORY_LIMIT = 384 << 20
 MIN_BATCH_ROWS = 10_000
+REQUESTS_PER_ROW_SHARE = 8  # at most len(batch) / 8 requests scored at once
 ProgressFn = Callable[[str, int, int], None]  # (phase, rows read, requests done)
 
 
@@ -238,8 +239,16 @@ def _score_finished(
             "contiguous; use --layout scattered (or auto)"
         )
     finished.add(h)
-    evalset = validate_rows(done.frame, names, done.file_index, done.numbers, skip_invalid=skip_invalid)
-    partial.merge(partial_baseline(evalset, options, slice_by))
+    # The budget assumes requests of several rows; per-request arrays cost more when requests are tiny
+    # (a shuffled file read as grouped, before a request comes back): score at most one request per
+    # REQUESTS_PER_ROW_SHARE rows of the batch at a time, cut at request boundaries.
+    most = max(MIN_BATCH_ROWS // 8, len(done) // REQUESTS_PER_ROW_SHARE)
+    cuts = [*map(int, starts[::most]), len(done)] if starts.size > most else [0, len(done)]
+    cuts[0] = 0
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        part = done if (lo, hi) == (0, len(done)) else done.take(slice(lo, hi))
+        evalset = validate_rows(part.frame, names, part.file_index, part.numbers, skip_invalid=skip_invalid)
+        partial.merge(partial_baseline(evalset, options, slice_by))
 
 
 def _came_back(

@@ -219,3 +219,12 @@ def test_partitions_by_another_column_constant_within_requests(tmp_path: Path) -
     got = stream_baseline([path], batch_rows=20, partition_by="segment", stats=stats, spill_dir=tmp_path)
     assert stats.layout == "scattered"
     assert_same_result(got, compute_baseline(read_evaluation_files([path])))
+
+
+def test_batches_of_tiny_requests_are_scored_in_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(13)
+    frame = random_frame(rng, 200, max_len=1)  # one-item lists only: a request per row
+    path = write(frame, tmp_path / "g.csv")
+    monkeypatch.setattr(offline_stream, "MIN_BATCH_ROWS", 8)  # parts of at least one request
+    got = stream_baseline([path], batch_rows=64, layout="grouped")
+    assert_same_result(got, compute_baseline(read_evaluation_files([path])))
