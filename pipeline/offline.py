@@ -123,12 +123,7 @@ def compute_baseline(
     lengths = np.bincount(codes, minlength=evalset.n_requests)
     ranked_labels, ranked_scores = labels[ranked], scores[ranked]
     metrics = per_request_metrics(ranked_labels, offsets_from_lengths(lengths), options)
-    users = evalset.labels.get(USER_COLUMN)
-    gauc_keys = None if users is None else users.codes.copy()
-    if gauc_keys is not None and gauc_keys.size and gauc_keys.min() < 0:
-        # A request without a user is a group of its own, as online (pipeline.join.user_key).
-        missing = np.flatnonzero(gauc_keys < 0)
-        gauc_keys[missing] = len(users.values) + np.arange(missing.size)  # type: ignore[union-attr]
+    gauc_keys = gauc_user_keys(evalset)
     # GAUC runs twice on the same items (overall, per slice): transform and sort their scores once.
     has_gauc = gauc_keys is not None or options.gauc_group == "request"
     relevant = ranked_labels > 0
@@ -166,6 +161,21 @@ def compute_baseline(
         model=_single_value(evalset.labels.get("model")),
         variant=_single_value(evalset.labels.get("variant")),
     )
+
+
+def gauc_user_keys(evalset: EvaluationSet) -> IntArray | None:
+    """Dense GAUC group codes per request from the ``user_id`` column (None without the column).
+
+    A request without a user is a group of its own, as online (:func:`pipeline.join.user_key`).
+    """
+    users = evalset.labels.get(USER_COLUMN)
+    if users is None:
+        return None
+    keys = users.codes.copy()
+    if keys.size and keys.min() < 0:
+        missing = np.flatnonzero(keys < 0)
+        keys[missing] = len(users.values) + np.arange(missing.size)
+    return keys
 
 
 def rank_order(

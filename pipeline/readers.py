@@ -265,7 +265,24 @@ def _read_parquet(path: Path, name: str) -> pd.DataFrame:
 
 
 # -- validation -----------------------------------------------------------------------------------------
-def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> EvaluationSet:
+def validate_rows(
+    frame: pd.DataFrame, names: Sequence[str], file_index: IntArray, numbers: IntArray, *, skip_invalid: bool
+) -> EvaluationSet:
+    """Validate a batch of complete requests from several files (streaming, :mod:`pipeline.batches`).
+
+    Row ``i`` comes from file ``names[file_index[i]]`` (non-decreasing), row or line ``numbers[i]`` there.
+    A batch without valid rows is not an error here (the whole input may still have some): it returns
+    an empty set with its skipped rows counted.
+    """
+    bounds = np.searchsorted(file_index, np.arange(len(names) + 1), side="left").astype(np.int64)
+    sources = _RowSources(list(names), bounds, np.asarray(numbers, dtype=np.int64))
+    cols = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if c in frame.columns]
+    return _validate(frame[cols].reset_index(drop=True), sources, skip_invalid, allow_empty=True)
+
+
+def _validate(
+    frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool, *, allow_empty: bool = False
+) -> EvaluationSet:
     rej = _Rejections(sources, skip_invalid)
     n = len(frame)
     valid = np.ones(n, dtype=bool)
@@ -331,6 +348,8 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
         codes = codes[valid[keep]]  # codes stay dense and first-appearance ordered
     final: Any = slice(None) if n_valid == n else np.flatnonzero(valid)
     skipped = int(sum(rej.counts.values()))
+    if n_valid == 0 and allow_empty:
+        return _empty_set(frame, position is not None, skipped, rej.counts)
     if n_valid == 0:
         raise InvalidEvaluationData(
             "no valid rows in the input" + (f" ({skipped} rows skipped as invalid)" if skipped else "")
@@ -349,6 +368,14 @@ def _validate(frame: pd.DataFrame, sources: _RowSources, skip_invalid: bool) -> 
         skipped_rows=skipped,
         skipped_by_reason=dict(rej.counts),
     )
+
+
+def _empty_set(frame: pd.DataFrame, has_position: bool, skipped: int, counts: dict[str, int]) -> EvaluationSet:
+    none = np.empty(0, dtype=np.int64)
+    return EvaluationSet(
+        frame=frame.iloc[:0], scores=np.empty(0), relevance=np.empty(0), positions=none if has_position else None,
+        request_codes=none, n_requests=0, labels={}, skipped_rows=skipped, skipped_by_reason=dict(counts),
+    )  # fmt: skip
 
 
 def _check(rej: _Rejections, valid: npt.NDArray[np.bool_], bad: Any, reason: str, explain: Any) -> None:

@@ -65,20 +65,36 @@ def _cutoffs(value: str | None, option: str) -> tuple[int, ...] | None:
 @click.option("--max-label-values", type=click.IntRange(min=1), default=50, show_default=True,
               help="Distinct values kept per label; the rest fold into __other__.")
 @click.option("--skip-invalid", is_flag=True, help="Skip and count invalid rows instead of failing.")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: streaming in this process; spark: PySpark (pip install 'rankwatch[spark]').")
+@click.option("--spark-master", default="local[2]", show_default=True, metavar="URL",
+              help="Spark master for --engine spark (local[N] or a cluster URL).")
+@click.option("--memory-limit", default="1G", show_default=True, metavar="SIZE",
+              help="Peak memory budget of the local engine (e.g. 768M, 2G); sets the batch size.")
+@click.option("--layout", type=click.Choice(["auto", "grouped", "scattered"]), default="auto", show_default=True,
+              help="grouped: a request's rows are contiguous; scattered: group out of core via spill files; "
+                   "auto: grouped until a request comes back.")
+@click.option("--spill-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for the spill files of scattered rows (default: the system temp folder).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar on stderr (default: when stderr is a terminal).")
 def command(
     inputs: tuple[str, ...], fmt: str, output: str | None, k: str | None, ndcg_k: str | None,
     map_k: str | None, precision_k: str, recall_k: str, hit_rate_k: str, gauc_group: str, gauc_weight: str,
     gain: str, map_norm: str, no_relevant: str, by: str, max_label_values: int, skip_invalid: bool,
+    engine: str, spark_master: str, memory_limit: str, layout: str, spill_dir: str | None, progress: bool | None,
 ) -> None:  # fmt: skip
     """Compute MRR, NDCG@k, MAP@k, precision/recall/hit rate@k, AUC-ROC, AUC-PR, GAUC, the positive rate
     and click-through by position per slice of an evaluation set.
 
-    INPUT files are CSV, JSONL or Parquet with one row per shown item: request_id, item_id, score, label
-    and optionally position, segment, surface, variant, model, user_id (for GAUC by user).
+    INPUT files are CSV, JSONL (also .gz) or Parquet with one row per shown item: request_id, item_id,
+    score, label and optionally position, segment, surface, variant, model, user_id (for GAUC by user). An
+    INPUT may be a directory (hive-partitioned Parquet, say) or a glob. Inputs of any size are read in
+    batches within --memory-limit.
     """
-    from rankwatch.pipeline.offline import compute_baseline, write_baseline
+    from rankwatch.pipeline.offline import write_baseline
     from rankwatch.pipeline.options import MetricOptions
-    from rankwatch.pipeline.readers import InvalidEvaluationData, read_evaluation_files
+    from rankwatch.pipeline.readers import InvalidEvaluationData
     from rankwatch.pipeline.slicing import SliceSpec
 
     both = _cutoffs(k, "--k")
@@ -99,9 +115,16 @@ def command(
         slice_spec = SliceSpec(by=labels, max_values_per_label=max_label_values)
     except ValueError as e:
         raise ConfigError(f"bad option: {e}") from None
+    from rankwatch.pipeline.offline_stream import StreamStats
+
+    budget = parse_size(memory_limit, "--memory-limit")
+    stats = StreamStats()
+    show = sys.stderr.isatty() if progress is None else progress
     try:
-        evalset = read_evaluation_files(list(inputs), skip_invalid=skip_invalid)
-        result = compute_baseline(evalset, options=options, slice_spec=slice_spec)
+        if engine == "spark":
+            result = _spark_baseline(inputs, options, slice_spec, skip_invalid, spark_master)
+        else:
+            result = _local_baseline(inputs, options, slice_spec, skip_invalid, budget, layout, spill_dir, show, stats)
     except FileNotFoundError as e:
         raise RankwatchError(str(e).strip("'\"")) from None
     except InvalidEvaluationData as e:
@@ -116,7 +139,7 @@ def command(
         if not result.overall.gauc.available:
             click.echo("rankwatch: note: GAUC by user is null: the input has no user_id column", err=True)
     else:
-        _print_table(result, output)
+        _print_table(result, output, stats if engine == "local" else None)
 
 
 def _with_error(value: float | None, se: float | None) -> str:
@@ -130,7 +153,74 @@ def _with_error(value: float | None, se: float | None) -> str:
 _Z95 = 1.959963984540054
 
 
-def _print_table(result: BaselineResult, output: str | None) -> None:
+def parse_size(value: str, option: str) -> int:
+    """Bytes of ``512M``, ``1G``, ``1.5GiB``, ``800000000`` (powers of 1024 for the suffixes)."""
+    text = value.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    try:
+        size = int(float(number) * scale)
+    except ValueError:
+        size = 0
+    if size < 384 << 20:  # MIN_MEMORY_LIMIT of pipeline.offline_stream
+        raise ConfigError(f"{option} takes a size of at least 384M such as 768M or 2G, got {value!r}")
+    return size
+
+
+def _local_baseline(
+    inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, budget: int, layout: str,
+    spill_dir: str | None, show_progress: bool, stats: Any,
+) -> BaselineResult:  # fmt: skip
+    from rankwatch.pipeline.offline_stream import stream_baseline
+
+    if not show_progress:
+        return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
+                               memory_limit=budget, layout=layout, spill_dir=spill_dir,  # type: ignore[arg-type]
+                               stats=stats)  # fmt: skip
+    from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("[bold]{task.fields[phase]}"), TextColumn("{task.fields[rows]:>14,} rows"),
+               TextColumn("{task.fields[requests]:>12,} requests"), TextColumn("{task.fields[rate]:>10} rows/s"),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, transient=True, console=_stderr_console()) as bar:
+        task = bar.add_task("offline", phase="reading", rows=0, requests=0, rate="-")
+
+        def report(phase: str, rows: int, requests: int) -> None:
+            elapsed = bar.tasks[0].elapsed or 0.0
+            rate = f"{rows / elapsed:,.0f}" if elapsed > 0 else "-"
+            bar.update(task, phase=phase, rows=rows, requests=requests, rate=rate)
+
+        return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
+                               memory_limit=budget, layout=layout, spill_dir=spill_dir,  # type: ignore[arg-type]
+                               progress=report, stats=stats)  # fmt: skip
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _spark_baseline(
+    inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, master: str
+) -> BaselineResult:
+    try:
+        from rankwatch.spark import spark_baseline_from_files
+    except ImportError as e:
+        raise RankwatchError(f"--engine spark needs pyspark: pip install 'rankwatch[spark]' ({e})") from None
+    from rankwatch.pipeline.readers import InvalidEvaluationData
+
+    try:
+        return spark_baseline_from_files(list(inputs), options=options, slice_spec=slice_spec,
+                                         skip_invalid=skip_invalid, master=master)  # fmt: skip
+    except (InvalidEvaluationData, FileNotFoundError, RankwatchError):
+        raise
+    except Exception as e:  # Py4J / PySpark errors carry a JVM stack trace: keep its first line
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise RankwatchError(f"spark: {first}") from None
+
+
+def _print_table(result: BaselineResult, output: str | None, stats: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -164,6 +254,11 @@ def _print_table(result: BaselineResult, output: str | None) -> None:
         notes.append(f"{n:,} requests folded into {lbl}=__other__ (cap {result.slice_spec.max_values_per_label})")
     if result.overall.gauc.available is False:
         notes.append("GAUC by user is null: the input has no user_id column (or use --gauc-group request)")
+    if stats is not None and stats.batches:
+        how = f"streamed in {stats.batches:,} batches of up to {stats.batch_rows:,} rows, {stats.layout} layout"
+        if stats.layout == "scattered":
+            how += f" ({stats.partitions:,} partitions, {stats.spilled_bytes / 2**20:,.0f} MiB spilled)"
+        notes.append(how)
     if output:
         notes.append(f"baseline written to {output}")
     notes.append("metric cells: value ± 1.96 standard errors (a 95 % interval; '-' where undefined)")
