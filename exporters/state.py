@@ -391,14 +391,18 @@ class MetricsState:
             kafka_outage=self._outage,
         )
 
-    def _quality_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
-        quality: list[Sample] = []
-        requests: list[Sample] = []
+    def _series_sources(self) -> list[tuple[str, str, Mapping[LabelSet, SeriesValues]]]:
+        """``(source, window, series)``: each online window size's slices, then the baselines'."""
         sources: list[tuple[str, str, Mapping[LabelSet, SeriesValues]]] = [
             (names.SOURCE_ONLINE, w, ow.series) for w, ow in sorted(self._online.items())
         ]
         sources.append((names.SOURCE_OFFLINE, names.BASELINE_WINDOW, self._offline))
-        for source, window, series in sources:
+        return sources
+
+    def _quality_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
+        quality: list[Sample] = []
+        requests: list[Sample] = []
+        for source, window, series in self._series_sources():
             for (segment, surface, variant), values in sorted(series.items()):
                 base = {
                     "source": source,
@@ -417,11 +421,7 @@ class MetricsState:
         """Standard errors of every value, and each online window's sufficient statistics per slice."""
         stderr: list[Sample] = []
         stats: list[Sample] = []
-        sources: list[tuple[str, str, Mapping[LabelSet, SeriesValues]]] = [
-            (names.SOURCE_ONLINE, w, ow.series) for w, ow in sorted(self._online.items())
-        ]
-        sources.append((names.SOURCE_OFFLINE, names.BASELINE_WINDOW, self._offline))
-        for source, window, series in sources:
+        for source, window, series in self._series_sources():
             for (segment, surface, variant), values in sorted(series.items()):
                 base = {"window": window, "segment": segment, "surface": surface, "variant": variant}
                 for metric, se in values.stderr.items():
@@ -442,11 +442,7 @@ class MetricsState:
         ``rankwatch_gauc_items_dropped`` where the online GAUC cap was hit (issue 13)."""
         out: list[Sample] = []
         dropped: list[Sample] = []
-        sources: list[tuple[str, str, Mapping[LabelSet, SeriesValues]]] = [
-            (names.SOURCE_ONLINE, w, ow.series) for w, ow in sorted(self._online.items())
-        ]
-        sources.append((names.SOURCE_OFFLINE, names.BASELINE_WINDOW, self._offline))
-        for source, window, series in sources:
+        for source, window, series in self._series_sources():
             for (segment, surface, variant), values in sorted(series.items()):
                 base = {"source": source, "window": window, "segment": segment, "surface": surface, "variant": variant}
                 for rank, value in enumerate(values.position_ctr, start=1):

@@ -22,7 +22,6 @@ it; the in-memory reader would call their position missing.)
 from __future__ import annotations
 
 import glob
-import gzip
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -30,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -42,6 +40,7 @@ from rankwatch.pipeline.readers import (
     InvalidEvaluationData,
     _csv_error,
     detect_format,
+    jsonl_records,
 )
 
 IntArray = npt.NDArray[np.int64]
@@ -265,33 +264,19 @@ def _csv_chunks(
 def _jsonl_chunks(
     f: InputFile, batch_rows: int, skip_invalid: bool
 ) -> Iterator[tuple[pd.DataFrame, IntArray, dict[str, int]]]:
-    decoder = msgspec.json.Decoder()
     records: list[dict[str, Any]] = []
     lines: list[int] = []
     lost: dict[str, int] = {}
     seen: dict[str, None] = {}  # columns in order of appearance, as the in-memory frame has them
-    opener: Any = gzip.open if f.path.name.lower().endswith(".gz") else open
-    with opener(f.path, "rb") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue  # blank lines (a trailing newline, say) are not rows
-            try:
-                obj = decoder.decode(line)
-            except msgspec.DecodeError as e:
-                if not skip_invalid:
-                    raise InvalidEvaluationData(f"{f.name}: row {number}: bad JSON: {e}") from None
-                lost["bad_json"] = lost.get("bad_json", 0) + 1
-                continue
-            if not isinstance(obj, dict):
-                if not skip_invalid:
-                    raise InvalidEvaluationData(f"{f.name}: row {number}: not a JSON object") from None
-                lost["not_object"] = lost.get("not_object", 0) + 1
-                continue
-            records.append(obj)
-            lines.append(number)
-            if len(records) >= batch_rows:
-                yield _records_frame(records, seen), np.asarray(lines, dtype=np.int64), lost
-                records, lines, lost = [], [], {}
+    for number, obj in jsonl_records(f.path, f.name, skip_invalid=skip_invalid):
+        if isinstance(obj, str):  # a skipped line's reason
+            lost[obj] = lost.get(obj, 0) + 1
+            continue
+        records.append(obj)
+        lines.append(number)
+        if len(records) >= batch_rows:
+            yield _records_frame(records, seen), np.asarray(lines, dtype=np.int64), lost
+            records, lines, lost = [], [], {}
     if records or lost:
         yield _records_frame(records, seen), np.asarray(lines, dtype=np.int64), lost
     missing = [c for c in REQUIRED_COLUMNS if c not in seen]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gzip
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,30 +229,42 @@ def _csv_error(message: str) -> str:
     return message.strip()
 
 
-def _read_jsonl(path: Path, name: str, skip_invalid: bool) -> tuple[pd.DataFrame, IntArray, dict[str, int]]:
+def jsonl_records(path: Path, name: str, *, skip_invalid: bool) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """``(line number, object)`` of every JSON object line of a JSONL file (also ``.gz``); blank lines are
+    not rows. A bad line raises :class:`InvalidEvaluationData` naming it, or with ``skip_invalid`` yields
+    ``(line number, reason)`` (``bad_json``, ``not_object``) for the caller to count. One reader for the
+    whole-file and the batched paths, so both name and count bad lines alike."""
     decoder = msgspec.json.Decoder()
-    records: list[dict[str, Any]] = []
-    lines: list[int] = []
-    lost: dict[str, int] = {}
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
     with opener(path, "rb") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
-                continue  # blank lines (a trailing newline, say) are not rows
+                continue
             try:
                 obj = decoder.decode(line)
             except msgspec.DecodeError as e:
                 if not skip_invalid:
                     raise InvalidEvaluationData(f"{name}: row {number}: bad JSON: {e}") from None
-                lost["bad_json"] = lost.get("bad_json", 0) + 1
+                yield number, "bad_json"
                 continue
             if not isinstance(obj, dict):
                 if not skip_invalid:
                     raise InvalidEvaluationData(f"{name}: row {number}: not a JSON object") from None
-                lost["not_object"] = lost.get("not_object", 0) + 1
+                yield number, "not_object"
                 continue
-            records.append(obj)
-            lines.append(number)
+            yield number, obj
+
+
+def _read_jsonl(path: Path, name: str, skip_invalid: bool) -> tuple[pd.DataFrame, IntArray, dict[str, int]]:
+    records: list[dict[str, Any]] = []
+    lines: list[int] = []
+    lost: dict[str, int] = {}
+    for number, obj in jsonl_records(path, name, skip_invalid=skip_invalid):
+        if isinstance(obj, str):
+            lost[obj] = lost.get(obj, 0) + 1
+            continue
+        records.append(obj)
+        lines.append(number)
     frame = pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=list(REQUIRED_COLUMNS))
     return frame, np.asarray(lines, dtype=np.int64), lost
 
