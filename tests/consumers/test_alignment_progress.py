@@ -36,6 +36,13 @@ class Recorder:
         self.fed["clk"].append(source.offset)
         return []
 
+    def process_batch(self, kinds: list[bool], values: list[bytes], *, partition: int, offsets: list[int],
+                      topics: tuple[str, str]) -> list[Any]:
+        # the consumer feeds each poll's merged records in one call (consumers/batch_feed.py)
+        for is_impression, offset in zip(kinds, offsets, strict=True):
+            self.fed["imp" if is_impression else "clk"].append(offset)
+        return []
+
 
 def _append(log: list[int], n: int, draw: Any) -> None:
     ts = log[-1] if log else 0

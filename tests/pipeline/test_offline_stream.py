@@ -193,10 +193,13 @@ def test_shuffled_input_stays_within_a_small_budget(tmp_path: Path) -> None:
     path = tmp_path / "s.parquet"
     subprocess.run([sys.executable, "-c", CHILD, "1200000", str(path)], check=True, timeout=300)
     wrapper = (
-        "import resource, runpy, sys\n"
+        # VmHWM is the peak of this process's own memory map. Not ru_maxrss: Linux carries it across exec, so
+        # a child spawned (vfork) by a large pytest process would report the parent's resident size.
+        "import runpy, sys\n"
         "sys.argv = ['rankwatch', *sys.argv[1:]]\n"
         "try:\n    runpy.run_module('rankwatch', run_name='__main__')\n"
-        "finally:\n    print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "finally:\n    hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0].split()[1]\n"
+        "    print('PEAK', hwm, file=sys.stderr)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", wrapper, "offline", str(path), "--memory-limit", "384M", "--format", "json",
