@@ -50,13 +50,3 @@ def _no_leftover_services() -> Iterator[None]:
     """Services a failed test left running are killed before the next test (and before the broker stops)."""
     yield
     kill_started()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``slow`` tests (long loops) run only with ``RANKWATCH_SLOW=1`` or when ``-m`` names them."""
-    if os.environ.get("RANKWATCH_SLOW") == "1" or "slow" in (config.option.markexpr or ""):
-        return
-    skip = pytest.mark.skip(reason="slow: set RANKWATCH_SLOW=1 (or -m slow) to run")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
