@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from rankwatch.pipeline.auc import ScoreHistogram, histograms_by_group
+from rankwatch.pipeline.auc import ScoreHistogram, histograms_by_request_group
 from rankwatch.pipeline.clusters import ClusterHistograms, cluster_histograms_by_group, request_buckets
 from rankwatch.pipeline.gauc import GaucSums, ScoreImage, request_group_auc, weighted_sums
 from rankwatch.pipeline.kernel import PerRequestMetrics, offsets_from_lengths, per_request_metrics
@@ -265,7 +265,7 @@ def aggregate_groups(
     elif n_groups == 1:  # one group: no item-level group ids needed
         hists = [ScoreHistogram.from_pairs(scores, relevant)]
     else:
-        hists = histograms_by_group(scores, relevant, np.repeat(grp, metrics.lengths), n_groups)
+        hists = histograms_by_request_group(scores, relevant, grp, metrics.lengths, n_groups)
     item_bucket = np.repeat(request_buckets(scores, metrics.lengths), metrics.lengths)
     item_group = np.zeros(len(scores), dtype=np.int64) if n_groups == 1 else np.repeat(grp, metrics.lengths)
     clusters = cluster_histograms_by_group(scores, relevant, item_bucket, item_group, n_groups)

@@ -232,8 +232,49 @@ def histograms_by_group(
     # numpy's stable sort is a radix sort for integer types of 16 bits or less.
     small = np.uint8 if n_groups <= 1 << 8 else np.uint16 if n_groups <= 1 << 16 else np.int64
     by_group = np.argsort(grp.astype(small), kind="stable")
-    bounds = np.searchsorted(grp[by_group], np.arange(n_groups + 1))
+    bounds = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(grp, minlength=n_groups), out=bounds[1:])
     sc, rel = sc[by_group], rel[by_group]
+    return [_histogram(sc[a:b], rel[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def histograms_by_request_group(
+    scores: npt.ArrayLike, relevant: npt.ArrayLike, request_group: npt.ArrayLike, lengths: npt.ArrayLike, n_groups: int
+) -> list[ScoreHistogram]:
+    """:func:`histograms_by_group` for flat lists in request order with a group id per request
+    (``lengths[j]`` items of list ``j``): the lists, not the items, are sorted by group, and each group's
+    items are gathered in blocks. A histogram does not depend on the order of its group's items."""
+    sc = np.asarray(scores, dtype=np.float64)
+    rel = np.asarray(relevant, dtype=bool)
+    grp = np.asarray(request_group, dtype=np.int64)
+    size = np.asarray(lengths, dtype=np.int64)
+    if grp.shape != size.shape or grp.ndim != 1 or int(size.sum()) != sc.size:
+        raise ValueError("request_group and lengths need one entry per list, lengths summing to the items")
+    if n_groups == 1 or sc.size == 0:
+        return histograms_by_group(sc, rel, np.repeat(grp, size), n_groups)
+    if not (sc.shape == rel.shape) or sc.ndim != 1:
+        raise ValueError("scores, relevant and group must be 1-D arrays of one length")
+    if not np.all(np.isfinite(sc)):
+        raise ValueError("scores must be finite")
+    if grp.min() < 0 or grp.max() >= n_groups:
+        raise ValueError("group ids must lie in range(n_groups)")
+    small = np.uint8 if n_groups <= 1 << 8 else np.uint16 if n_groups <= 1 << 16 else np.int64
+    lists = np.argsort(grp.astype(small), kind="stable")
+    sorted_size = size[lists]
+    item_end = np.zeros(grp.size + 1, dtype=np.int64)
+    np.cumsum(sorted_size, out=item_end[1:])
+    list_bounds = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(grp, minlength=n_groups), out=list_bounds[1:])
+    bounds = item_end[list_bounds]
+    width = int(size[0])
+    if bool(np.all(size == width)):
+        items = (lists[:, None] * width + np.arange(width, dtype=np.int64)).ravel()
+    else:
+        start = np.zeros(grp.size, dtype=np.int64)
+        np.cumsum(size[:-1], out=start[1:])
+        items = np.repeat(start[lists] - item_end[:-1], sorted_size)
+        items += np.arange(sc.size, dtype=np.int64)
+    sc, rel = sc[items], rel[items]
     return [_histogram(sc[a:b], rel[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 

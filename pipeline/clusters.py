@@ -235,10 +235,13 @@ def cluster_histograms_by_group(
     code <<= _U1
     code |= relevant
     code |= bucket << np.uint32(_BUCKET_SHIFT)
-    keys = code.astype(np.uint64)
     if n_groups > 1:
+        keys = code.astype(np.uint64)
         keys |= item_group.astype(np.uint64) << np.uint64(32)
-    keys.sort()
+        keys.sort()
+    else:  # the key fits 32 bits: a sort of half the width
+        code.sort()
+        keys = code.astype(np.uint64)
     group_edges = np.searchsorted(keys, np.arange(n_groups + 1, dtype=np.uint64) << np.uint64(32))
     group_edges[-1] = m
     sizes = np.diff(group_edges)
