@@ -199,6 +199,14 @@ def _score_codes(scores: FloatArray) -> npt.NDArray[np.uint32]:
     return bits
 
 
+def score_label_codes(scores: FloatArray, relevant: npt.NDArray[np.bool_]) -> npt.NDArray[np.uint32]:
+    """``code << 1 | relevant`` per item (:func:`_score_codes`): the low 22 bits of the cluster keys."""
+    code = _score_codes(scores)
+    code <<= _U1
+    code |= relevant
+    return code
+
+
 def _code_scores(codes: npt.NDArray[np.uint32]) -> FloatArray:
     """The lowest score of each code's cell (inverse of :func:`_score_codes` up to the dropped bits)."""
     u = codes.astype(np.uint32) << np.uint32(32 - _CODE_BITS)
@@ -208,7 +216,7 @@ def _code_scores(codes: npt.NDArray[np.uint32]) -> FloatArray:
 
 def cluster_histograms_by_group(
     scores: FloatArray, relevant: npt.NDArray[np.bool_], item_bucket: IntArray, item_group: IntArray, n_groups: int,
-    max_bins: int = MAX_BINS,
+    max_bins: int = MAX_BINS, *, coded: npt.NDArray[np.uint32] | None = None,
 ) -> list[ClusterHistograms]:
     """One :class:`ClusterHistograms` per group id in ``range(n_groups)``, with one sort and no Python
     loop over items.
@@ -231,9 +239,10 @@ def cluster_histograms_by_group(
         bucket &= np.uint32(FOLDED_CLUSTERS - 1)
     elif folded.any():
         bucket = np.where(folded[item_group], bucket & np.uint32(FOLDED_CLUSTERS - 1), bucket)
-    code = _score_codes(scores)
-    code <<= _U1
-    code |= relevant
+    if coded is None:
+        code = score_label_codes(scores, relevant)
+    else:  # the caller's codes of the same items (shared between calls)
+        code = coded.copy()
     code |= bucket << np.uint32(_BUCKET_SHIFT)
     if n_groups > 1:
         keys = code.astype(np.uint64)

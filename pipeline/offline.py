@@ -33,6 +33,7 @@ import pandas as pd
 from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_groups
 from rankwatch.pipeline.auc import ScoreHistogram
 from rankwatch.pipeline.clock import Clock
+from rankwatch.pipeline.clusters import request_buckets, score_label_codes
 from rankwatch.pipeline.drift import ScoreDistribution
 from rankwatch.pipeline.gauc import ScoreImage
 from rankwatch.pipeline.grouping import first_rows, order_by_request
@@ -130,18 +131,23 @@ def compute_baseline(
     # The overall histogram sorts every score once; GAUC's score image reuses its distinct scores.
     overall_hist = ScoreHistogram.from_pairs(ranked_scores, relevant)
     image = ScoreImage.of(ranked_scores, relevant, evalset.n_requests, distinct=overall_hist.scores) if has_gauc else None
+    # Both aggregate calls cluster the same items: their buckets and score codes are computed once.
+    item_bucket = np.repeat(request_buckets(ranked_scores, metrics.lengths), metrics.lengths)
+    cluster_codes = score_label_codes(ranked_scores, relevant)
     slices: dict[SliceKey, RankingAggregate] = {}
     overflow: dict[str, int] = {}
     if slice_spec.by:
         group, keys, overflow = slice_groups(evalset, slice_spec)
         aggs = aggregate_groups(
-            metrics, ranked_labels, ranked_scores, group, len(keys), options, gauc_keys=gauc_keys, score_image=image
-        )
+            metrics, ranked_labels, ranked_scores, group, len(keys), options, gauc_keys=gauc_keys, score_image=image,
+            item_bucket=item_bucket, cluster_codes=cluster_codes,
+        )  # fmt: skip
         slices = dict(zip(keys, aggs, strict=True))
     # Integer counts of the overall slice are the sums of the slices' (exact, and no pass over the items).
     overall = aggregate_groups(
         metrics, ranked_labels, ranked_scores, np.zeros(evalset.n_requests, np.int64), 1, options,
         gauc_keys=gauc_keys, score_image=image, positions=not slices, histograms=[overall_hist],
+        item_bucket=item_bucket, cluster_codes=cluster_codes,
     )[0]  # fmt: skip
     if slices:
         parts = list(slices.values())
