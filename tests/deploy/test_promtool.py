@@ -48,7 +48,7 @@ def test_rule_unit_tests_pass(unit_test: Path) -> None:
 
 MUTATIONS = {
     # significance off: the thin noisy slice fires
-    "no significance": ("- record: rankwatch:alert_confidence_z:constant\n        expr: vector(2.326348)",
+    "no significance": ("- record: rankwatch:alert_confidence_z:constant\n        expr: vector(3.090232)",
                         "- record: rankwatch:alert_confidence_z:constant\n        expr: vector(0)"),
     # materiality off: the thick slice 1.7 % below (significant, not material) fires
     "no relative margin": ("- record: rankwatch:alert_relative_margin:constant\n        expr: vector(0.03)",
