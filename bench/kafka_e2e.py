@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -78,16 +79,25 @@ def confluent_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple
     consumer = Consumer({"bootstrap.servers": boot, "group.id": f"{prefix}-raw-c", "enable.auto.commit": False,
                          "check.crcs": True})
     consumer.assign([CTP(f"{prefix}-{t}", p, OFFSET_BEGINNING) for t in ("imp", "clk") for p in range(partitions)])
+    rates = timed_from_first_record(
+        lambda: sum(1 for m in consumer.consume(num_messages=POLL_RECORDS, timeout=0.5) if m.error() is None), total
+    )
+    consumer.close()
+    return rates
+
+
+def timed_from_first_record(poll_count: Callable[[], int], total: int) -> tuple[float, float]:
+    """Messages per wall second and per CPU second of a poll loop, timed from the first record to the last
+    (the first poll's records start the clock, so they are not counted)."""
     seen = n_first = 0
     first = None
+    cpu0 = 0.0
     while seen < total:
-        msgs = consumer.consume(num_messages=POLL_RECORDS, timeout=0.5)
-        n = sum(1 for m in msgs if m.error() is None)
+        n = poll_count()
         if n and first is None:
             first, cpu0, n_first = time.perf_counter(), time.process_time(), n
         seen += n
     elapsed, cpu = time.perf_counter() - (first or time.perf_counter()), time.process_time() - cpu0
-    consumer.close()
     return (seen - n_first) / elapsed, (seen - n_first) / cpu
 
 
@@ -97,17 +107,9 @@ def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float
                              check_crcs=True)
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
-    seen = n_first = 0
-    first = None
-    while seen < total:
-        batch = consumer.poll(timeout_ms=500)
-        n = sum(len(v) for v in batch.values())
-        if n and first is None:
-            first, cpu0, n_first = time.perf_counter(), time.process_time(), n
-        seen += n
-    elapsed, cpu = time.perf_counter() - (first or time.perf_counter()), time.process_time() - cpu0
+    rates = timed_from_first_record(lambda: sum(len(v) for v in consumer.poll(timeout_ms=500).values()), total)
     consumer.close()
-    return (seen - n_first) / elapsed, (seen - n_first) / cpu
+    return rates
 
 
 def stream_config(windows: str, attribution: str) -> StreamConfig:
