@@ -22,6 +22,13 @@ two private attributes and does nothing when they are absent (another kafka-pyth
 
 :func:`known_position` and :func:`cached_partitions` read the consumer's own state where kafka-python's
 public calls would do network I/O without a time limit (which hung the loop, and SIGTERM, in an outage).
+
+:func:`stale_leader_assignment` catches a group leader that assigned partitions from metadata which did
+not list the topics yet and then never noticed the topics' partitions arriving. Every start of a lone
+instance joins before the consumer's first metadata response and gets nothing; kafka-python normally
+rejoins when the metadata comes (``assignment_snapshot != metadata_snapshot``). In about one start in
+ten, under load, it did not: the instance sat on an empty assignment for good, with no log line (the CI
+failure of the fleet test). The service asks this every 10 s and requests a rejoin when it is true.
 """
 
 from __future__ import annotations
@@ -87,3 +94,27 @@ def cached_partitions(consumer: Any, topic: str) -> set[int] | None:
         return None
     partitions = cluster.partitions_for_topic(topic)
     return None if partitions is None else set(partitions)
+
+
+def stale_leader_assignment(consumer: Any) -> bool:
+    """True when this member led the group's last assignment and the partitions of the subscribed topics
+    in the metadata cache differ from those that assignment was computed from (a rejoin is due).
+
+    Reads kafka-python's coordinator (``_is_leader``, ``_assignment_snapshot``, ``_subscription``,
+    ``_cluster``) without I/O; False when those are absent (another kafka-python) or nothing is cached.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or not getattr(coordinator, "_is_leader", False):
+        return False
+    used = getattr(coordinator, "_assignment_snapshot", None)
+    subscription = getattr(coordinator, "_subscription", None)
+    cluster = getattr(coordinator, "_cluster", None)
+    if used is None or subscription is None or cluster is None or not hasattr(subscription, "group_subscription"):
+        return False
+    now: dict[str, set[int]] = {}
+    for topic in subscription.group_subscription():
+        partitions = cluster.partitions_for_topic(topic)
+        if partitions is None:
+            return False  # not cached (yet): nothing to compare with
+        now[topic] = set(partitions)
+    return now != {t: set(ps or ()) for t, ps in used.items()}

@@ -18,6 +18,7 @@ not the session timeout.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from kafka import TopicPartition
@@ -26,6 +27,7 @@ from kafka.errors import IllegalStateError, KafkaError
 
 from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointError, CheckpointRef
+from rankwatch.consumers.fetch_compat import stale_leader_assignment
 from rankwatch.consumers.outage import FatalKafkaError, is_fatal, is_retriable, one_line
 from rankwatch.pipeline.stream import StreamProcessor
 
@@ -41,6 +43,8 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         self.svc = service  # the ConsumerService (not imported: service imports this module)
         self.restoring: dict[int, tuple[Any, Any]] = {}  # pair -> (impressions tp, clicks tp), paused
         self.fatal: BaseException | None = None  # raised by the loop (an exception here would be swallowed)
+        self._empty_since: float | None = None  # monotonic time since which nothing is assigned
+        self._empty_warned = False
 
     # -- listener (kafka-python's I/O thread, while the loop is inside poll) ----------------------------
     async def on_partitions_revoked(self, revoked: Any) -> None:
@@ -113,15 +117,36 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         consumer = self.svc._consumer
         assert consumer is not None
         coordinator = getattr(consumer, "_coordinator", None)
+        self._watch_empty(consumer, coordinator)
         stable = getattr(coordinator, "stable", None)
         if self.svc._outage.active or (callable(stable) and not stable()) or getattr(coordinator, "rejoin_needed", False):
             return  # mid-rebalance the old assignment is still listed: only a settled group says anything
+        if coordinator is not None and stale_leader_assignment(consumer):
+            log.warning("the group's last assignment predates the topics' partitions in the metadata; rejoining")
+            coordinator.request_rejoin()
+            return
         with self.svc._lock:
             known = set(self.svc._pairs) | set(self.restoring)
         assigned = [tp for tp in consumer.assignment() if tp.partition not in known]
         if assigned:
             log.warning("partitions %s assigned but never set up; restoring them now", sorted(assigned))
             self.queue(assigned)
+
+    def _watch_empty(self, consumer: Any, coordinator: Any) -> None:
+        """One WARNING line when nothing has been assigned for 30 s: a lone member should never sit there
+        (more members than partitions would), and the line says what the group coordinator thinks."""
+        if consumer.assignment() or self.svc._outage.active:
+            self._empty_since = None
+            return
+        now = time.monotonic()
+        if self._empty_since is None:
+            self._empty_since, self._empty_warned = now, False
+        elif now - self._empty_since >= 30.0 and not self._empty_warned:
+            self._empty_warned = True
+            log.warning("no partition assigned for 30 s: member state %s, rejoin needed %s, leader %s, "
+                        "assigned from %s, metadata %s", getattr(coordinator, "state", "?"),
+                        getattr(coordinator, "rejoin_needed", "?"), getattr(coordinator, "_is_leader", "?"),
+                        getattr(coordinator, "_assignment_snapshot", "?"), getattr(coordinator, "_metadata_snapshot", "?"))
 
     def restore_pending(self) -> None:
         """Restore every queued pair (see the module docstring); a failing step leaves the pair queued."""

@@ -5,7 +5,7 @@ a random subset of the *unpaused* topic-partitions, a random number of each, and
 partitions' high watermarks (stale "caught up", as kafka-python's). The loop is the service's: add, feed,
 confirm with fresh end offsets when the pair asks, then :meth:`PartitionPair.flow` with a random buffer
 cap down to 1. The property: after every step the pair either fed something or has an unpaused partition
-with records left to fetch (so it can never stop for good), and in the end every record was fed exactly
+with records left to fetch or a high watermark still to learn (so it can never stop for good), and in the end every record was fed exactly
 once, in offset order.
 """
 
@@ -97,7 +97,9 @@ def test_pair_always_progresses_and_feeds_every_record_once(data: Any, cap: int,
         left = sum(len(logs[tp]) for tp in logs) - len(rec.fed["imp"]) - len(rec.fed["clk"])
         if left == 0 and not appends_left:
             break
-        fetchable = [tp for tp in (IMP, CLK) if tp not in paused and position[tp] < len(logs[tp])]
+        # An unpaused partition with records left, or whose high watermark the pair has not seen yet (the
+        # next fetch of it, even an empty one, brings that): the next poll changes the pair's state.
+        fetchable = [tp for tp in (IMP, CLK) if tp not in paused and (position[tp] < len(logs[tp]) or not caught_up(tp))]
         assert fed or fetchable or appends_left or not any(pair.buffers.values()), (
             f"stalled: buffers {[len(b) for b in pair.buffers.values()]}, paused {paused}, cap {cap}")
         assert all(len(pair.buffers[tp]) <= max(cap, 80) + cap for tp in logs)
@@ -111,3 +113,18 @@ def test_cap_one_resumes_once_the_buffer_is_empty() -> None:
     assert pair.flow(1, set()) == ([IMP], [])
     pair.buffers[IMP].clear()
     assert pair.flow(1, {IMP}) == ([], [IMP])
+
+
+def test_an_impression_waits_for_the_first_fetch_of_an_empty_clicks_partition() -> None:
+    """The case hypothesis found: one impression, clicks empty and never fetched yet, cap 1. The impression
+    is paused and waits until a fetch of the clicks partition shows its high watermark; then it is fed."""
+    rec = Recorder()
+    pair = PartitionPair(0, IMP, CLK, rec, {IMP: None, CLK: None})  # type: ignore[arg-type]
+    pair.add(IMP, [Rec("imp", 0, 0, 0, b"")])
+    highwater: dict[Any, int | None] = {IMP: 1, CLK: None}
+    assert pair.feed(lambda tp: highwater[tp] is not None)[1] == 0  # clicks not known to be caught up
+    assert pair.flow(1, set()) == ([IMP], [])
+    highwater[CLK] = 0  # an empty fetch response of the (unpaused) clicks partition
+    pair.unconfirmed.clear()
+    assert pair.feed(lambda tp: highwater[tp] is not None, lambda tp: True)[1] == 1
+    assert rec.fed == {"imp": [0], "clk": []}

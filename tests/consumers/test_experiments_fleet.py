@@ -105,12 +105,20 @@ def test_one_and_two_instances_record_the_same_lift(kafka_broker: Any, unique: s
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{prom_port}"
     try:
+        got: dict[str, float] = {}
+
         def complete() -> bool:
-            got = {r["metric"]["experiment"]: float(r["value"][1]) for r in _query(
-                base, 'sum by (experiment) (rankwatch:experiment_arm_requests:sum)')}
+            got.clear()
+            got.update({r["metric"]["experiment"]: float(r["value"][1]) for r in _query(
+                base, 'sum by (experiment) (rankwatch:experiment_arm_requests:sum)')})
             return got.get("one") == n_requests and got.get("two") == n_requests
 
-        wait_for(complete, timeout=180, what="every request in both setups' experiment sums", procs=tuple(procs))
+        try:
+            wait_for(complete, timeout=180, what="every request in both setups' experiment sums", procs=tuple(procs))
+        except AssertionError as e:  # say how far each setup got, and what the services logged
+            logs = "\n".join(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-25:])
+                             for f in sorted(tmp_path.glob("*.log")))
+            raise AssertionError(f"{e}: {n_requests} requests, the sums got {got}\n{logs}") from None
         time.sleep(3)  # a few more rule evaluations on the final sums
         values: dict[str, dict[tuple[str, ...], float]] = {}
         for rule in CHECKED:
