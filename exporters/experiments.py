@@ -15,6 +15,16 @@ Families (docs/experiments.md, "Online"):
 - ``rankwatch_experiment_expected_share{experiment, arm, role}`` (the configured split, for the SRM rule)
 - ``rankwatch_experiment_start_timestamp_seconds{experiment}`` (0 when the experiment has no start)
 
+``unit = "user"`` experiments (pipeline/abusers.py) export, instead of the three per-request families,
+the per-user sums the delta method needs, per metric (``n`` users with a value, and the sums of ``Y_u``,
+``N_u``, ``Y_u^2``, ``N_u^2``, ``Y_u N_u``), plus the distinct users per arm for the sample-ratio test:
+
+- ``rankwatch_experiment_units``, ``rankwatch_experiment_unit_sum_of_values``,
+  ``rankwatch_experiment_unit_sum_of_counts``, ``rankwatch_experiment_unit_sum_of_squared_values``,
+  ``rankwatch_experiment_unit_sum_of_squared_counts``, ``rankwatch_experiment_unit_sum_of_products``
+  ``{experiment, arm, role, metric, segment, surface}``
+- ``rankwatch_experiment_users{experiment, arm, role}``
+
 ``role`` is ``control`` or ``treatment``, so a rule can pair each treatment with its control.
 """
 
@@ -29,16 +39,22 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from rankwatch.pipeline.abonline import CellSums, ExperimentAccumulator, ExperimentSums
+from rankwatch.pipeline.abusers import UnitCellSums, UserUnitSums
 from rankwatch.pipeline.experiment import ExperimentSpec
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import ALL_VALUE
 
-__all__ = ["ExperimentCollector", "FAMILIES"]
+__all__ = ["ExperimentCollector", "FAMILIES", "UNIT_FAMILIES"]
 
 FAMILIES = (
     "rankwatch_experiment_requests", "rankwatch_experiment_observations", "rankwatch_experiment_sum_of_values",
     "rankwatch_experiment_sum_of_squares", "rankwatch_experiment_expected_share",
     "rankwatch_experiment_start_timestamp_seconds",
+)  # fmt: skip
+UNIT_FAMILIES = (
+    "rankwatch_experiment_units", "rankwatch_experiment_unit_sum_of_values", "rankwatch_experiment_unit_sum_of_counts",
+    "rankwatch_experiment_unit_sum_of_squared_values", "rankwatch_experiment_unit_sum_of_squared_counts",
+    "rankwatch_experiment_unit_sum_of_products", "rankwatch_experiment_users",
 )  # fmt: skip
 
 
@@ -54,7 +70,7 @@ class ExperimentCollector(Collector):
                  specs: list[ExperimentSpec] | None = None) -> None:  # fmt: skip
         self.accumulators = list(accumulators or [])
         self.specs = list(specs if specs is not None else [a.spec for a in self.accumulators])
-        self._parts: dict[Any, dict[str, ExperimentSums]] = {}
+        self._parts: dict[Any, dict[str, ExperimentSums | UserUnitSums]] = {}
         self._lock = threading.Lock()
 
     def publish_window(self, pw: PublishedWindow) -> None:
@@ -64,7 +80,7 @@ class ExperimentCollector(Collector):
                 acc.add(pw)
             self._parts["local"] = {acc.spec.name: acc.sums() for acc in self.accumulators}
 
-    def set_parts(self, parts: dict[Any, dict[str, ExperimentSums]]) -> None:
+    def set_parts(self, parts: dict[Any, dict[str, ExperimentSums | UserUnitSums]]) -> None:
         """The sums of every partition pair this instance owns now (replacing the previous ones)."""
         with self._lock:
             self._parts = dict(parts)
@@ -72,10 +88,14 @@ class ExperimentCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             parts = list(self._parts.values())
-        families = {n: Metric(n, _HELP[n], "gauge") for n in FAMILIES}
+        families = {n: Metric(n, _HELP[n], "gauge") for n in (*FAMILIES, *UNIT_FAMILIES)}
         for spec in self.specs:
-            cells = ExperimentSums.total([p[spec.name] for p in parts if spec.name in p])
-            for name, samples in _rows(spec, cells).items():
+            found = [p[spec.name] for p in parts if spec.name in p]
+            if spec.unit == "user":
+                rows = _user_rows(spec, *UserUnitSums.total([f for f in found if isinstance(f, UserUnitSums)]))
+            else:
+                rows = _rows(spec, ExperimentSums.total([f for f in found if isinstance(f, ExperimentSums)]))
+            for name, samples in rows.items():
                 families[name].samples.extend(samples)
         yield from families.values()
 
@@ -102,6 +122,25 @@ def _rows(spec: ExperimentSpec, cells: CellSums) -> dict[str, list[Sample]]:
     return out
 
 
+def _user_rows(spec: ExperimentSpec, cells: UnitCellSums, users: dict[str, int]) -> dict[str, list[Sample]]:
+    out = _rows(spec, {})
+    out.update({n: [] for n in UNIT_FAMILIES})
+    for arm in spec.arms:
+        out["rankwatch_experiment_users"].append(Sample(
+            "rankwatch_experiment_users", {"experiment": spec.name, "arm": arm, "role": _role(spec, arm)},
+            float(users.get(arm, 0))))  # fmt: skip
+    for (arm, key), (requests, _n_users, metrics) in sorted(cells.items()):
+        labels: dict[str, Any] = {"experiment": spec.name, "arm": arm, "role": _role(spec, arm)}
+        values = dict(key)
+        labels.update({lbl: values.get(lbl, ALL_VALUE) for lbl in ("segment", "surface")})
+        out["rankwatch_experiment_requests"].append(Sample("rankwatch_experiment_requests", labels, float(requests)))
+        for metric, sums in metrics.items():
+            m = {**labels, "metric": metric}
+            for family, value in zip(UNIT_FAMILIES[:6], sums, strict=True):
+                out[family].append(Sample(family, m, float(value)))
+    return out
+
+
 def _role(spec: Any, arm: str) -> str:
     return "control" if arm == spec.control else "treatment"
 
@@ -113,4 +152,11 @@ _HELP = {
     "rankwatch_experiment_sum_of_squares": "Sum of squared per-request metric values per arm and slice since the start.",
     "rankwatch_experiment_expected_share": "Configured share of traffic of each arm.",
     "rankwatch_experiment_start_timestamp_seconds": "Experiment start (0: none configured).",
+    "rankwatch_experiment_units": "Users with a value of the metric per arm and slice (unit = user).",
+    "rankwatch_experiment_unit_sum_of_values": "Sum over users of Y_u, the user's sum of per-request values.",
+    "rankwatch_experiment_unit_sum_of_counts": "Sum over users of N_u, the user's count of per-request values.",
+    "rankwatch_experiment_unit_sum_of_squared_values": "Sum over users of Y_u squared.",
+    "rankwatch_experiment_unit_sum_of_squared_counts": "Sum over users of N_u squared.",
+    "rankwatch_experiment_unit_sum_of_products": "Sum over users of Y_u times N_u.",
+    "rankwatch_experiment_users": "Distinct users per experiment arm since the start (unit = user).",
 }

@@ -7,8 +7,8 @@ be sliced by the arm label too (e.g. ``segment, surface, variant``). Its :meth:`
 :class:`pipeline.abdata.ExperimentData` that :func:`pipeline.abreport.experiment_report` reads, so the
 online verdicts are computed exactly as ``rankwatch ab``'s.
 
-Windows carry no users, so this is the request unit; ``unit = "user"`` online needs per-user sums in the
-partition state (docs/experiments.md, "Online").
+Windows carry no users, so this is the request unit; ``unit = "user"`` experiments keep per-user sums
+from the finalized requests instead (pipeline/abusers.py).
 """
 
 from __future__ import annotations

@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from rankwatch.pipeline.aggregates import aggregate_lists
+from rankwatch.pipeline.aggregates import aggregate_groups
 from rankwatch.pipeline.clock import Clock, datetime_to_ms
 from rankwatch.pipeline.deadletter import DeadLetter, DeadLetterSink
 from rankwatch.pipeline.events import Feedback, Impression, SourceRef
 from rankwatch.pipeline.join import FinalizedBatch, PendingRequests, feedback_entry
+from rankwatch.pipeline.kernel import per_request_metrics
 from rankwatch.pipeline.memory import EarlyFeedback, ExpiringIds
 from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
@@ -71,7 +72,7 @@ class StreamConfig:
     finalize_step_ms: int = 1_000  # finalization granularity: requests are finalized in buckets of this size
     max_pending_feedback: int = 1_000_000  # feedback events waiting for their impression
     finalized_memory: int = 1_000_000  # finalized request ids remembered to tell late feedback from orphans
-    # Experiments whose cumulative state rides in this processor's snapshot (request unit; docs/experiments.md).
+    # Experiments whose cumulative state rides in this processor's snapshot (docs/experiments.md, "Online").
     experiments: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
@@ -182,6 +183,8 @@ class StreamProcessor:
         self._finalized_count = 0
         self._detached = 0
         self._experiments = _experiment_accumulators(cfg)
+        self._user_experiments = _user_accumulators(cfg)
+        self._anonymous = -1  # user keys of requests without one (see _fold_users)
 
     # -- public API ------------------------------------------------------------------------------------
     def process_impression(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
@@ -306,8 +309,15 @@ class StreamProcessor:
             windows_published=dict(self._windows.published),
             dedupe_ids=len(self._seen),
             dedupe_forgotten_at_capacity=self._seen.forgotten_at_capacity,
-            experiments={acc.spec.name: acc.sums() for acc in self._experiments},
+            experiments={acc.spec.name: acc.sums() for acc in (*self._experiments, *self._user_experiments)},
         )
+
+    def experiment_data(self, name: str) -> Any:
+        """The :class:`pipeline.abdata.ExperimentData` of experiment ``name`` as this processor holds it."""
+        for acc in (*self._experiments, *self._user_experiments):
+            if acc.spec.name == name:
+                return acc.data()
+        raise KeyError(name)
 
     # -- internals -------------------------------------------------------------------------------------
     def _experiment_windows(self, windows: list[PublishedWindow]) -> list[PublishedWindow]:
@@ -423,16 +433,30 @@ class StreamProcessor:
         else:
             keys = np.stack([*starts, batch.combo], axis=1)
             uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        parts = aggregate_lists(
-            batch.labels, batch.scores, batch.offsets, inverse.reshape(-1), len(uniq), self.config.metric_options,
+        options = self.config.metric_options
+        metrics = per_request_metrics(batch.labels, batch.offsets, options)
+        parts = aggregate_groups(
+            metrics, batch.labels, batch.scores, inverse.reshape(-1), len(uniq), options,
             gauc_keys=batch.users, gauc_open=True,  # issue 13: a user's requests span batches
         )
+        if self._user_experiments:
+            self._fold_users(batch, metrics)
         # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
         # of float additions into the overall accumulators must not.
         keys_of = self._combo_keys
         for row, part in sorted(zip(uniq.tolist(), parts, strict=True), key=lambda rp: (rp[0][:-1], keys_of[rp[0][-1]])):
             for i in range(len(sizes)):
                 self._windows.add(i, row[i], row[-1], part)
+
+    def _fold_users(self, batch: FinalizedBatch, metrics: Any) -> None:
+        """Per-user sums of the ``unit = "user"`` experiments (pipeline/abusers.py)."""
+        keys = [self._combo_keys[c] for c in batch.combo.tolist()]
+        users = batch.users
+        if users is None:  # staged before users were carried (an old snapshot): each request its own unit
+            users = np.arange(self._anonymous, self._anonymous - batch.n_requests, -1, dtype=np.int64)
+            self._anonymous -= batch.n_requests
+        for acc in self._user_experiments:
+            acc.add(metrics, keys, users, batch.ts_ms)
 
     # -- snapshot --------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
@@ -454,7 +478,7 @@ class StreamProcessor:
             "clk": self._clk,
             "rejects": [[s, r, n] for (s, r), n in self._rejects.items()],
             "counters": [self._evicted, self._finalized_count, self._detached],
-            "experiments": {acc.spec.name: acc.to_state() for acc in self._experiments},
+            "experiments": {acc.spec.name: acc.to_state() for acc in (*self._experiments, *self._user_experiments)},
         }
         return encode_snapshot(self.config.fingerprint(), state)
 
@@ -491,7 +515,7 @@ class StreamProcessor:
         out._rejects = {(s, r): int(n) for s, r, n in state["rejects"]}
         out._evicted, out._finalized_count, out._detached = (int(x) for x in state["counters"])
         saved = state.get("experiments", {})
-        for acc in out._experiments:  # an experiment added or redefined since the snapshot starts empty
+        for acc in (*out._experiments, *out._user_experiments):  # added or redefined since: starts empty
             if saved.get(acc.spec.name, {}).get("spec") == acc.spec.to_dict():
                 acc.restore(saved[acc.spec.name])
         return out
@@ -510,3 +534,14 @@ def _experiment_accumulators(cfg: StreamConfig) -> list[Any]:
 
 
 __all__ = ["StreamConfig", "StreamProcessor", "StreamStats", "RejectReason", "STREAMS", "OUTCOMES"]
+
+
+def _user_accumulators(cfg: StreamConfig) -> list[Any]:
+    """One accumulator per user-unit experiment whose arm label the windows are sliced by."""
+    if not cfg.experiments:
+        return []
+    from rankwatch.pipeline.abusers import UserUnitAccumulator
+
+    by = cfg.slice_spec.by
+    return [UserUnitAccumulator(spec, cfg.metric_options, slice_by=by)
+            for spec in cfg.experiments if spec.unit == "user" and spec.label in by]  # fmt: skip

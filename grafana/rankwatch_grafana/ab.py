@@ -229,7 +229,8 @@ def _experiment_section(board: dashboard.Dashboard, ids: PanelIds) -> dashboard.
         [query(f"rankwatch:experiment_lift:ratio{{{LIFT_CELLS}}}", "", "A", instant=True),
          query(f'rankwatch:experiment_lift_interval:lower{{{LIFT_CELLS}, interval="$interval"}}', "", "B", instant=True),
          query(f'rankwatch:experiment_lift_interval:upper{{{LIFT_CELLS}, interval="$interval"}}', "", "C", instant=True),
-         query(f"rankwatch:experiment_observations:pair_sum{{{LIFT_CELLS}}}", "", "D", instant=True)],
-        rename={"Value #A": "lift", "Value #B": "lower", "Value #C": "upper", "Value #D": "n (both arms)"},
+         query(f"rankwatch:experiment_observations:pair_sum{{{LIFT_CELLS}}} "
+               f"or rankwatch:experiment_units:pair_sum{{{LIFT_CELLS}}}", "", "D", instant=True)],
+        rename={"Value #A": "lift", "Value #B": "lower", "Value #C": "upper", "Value #D": "n (both arms, units)"},
         width=24))  # fmt: skip
     return board

@@ -291,13 +291,14 @@ def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: fl
 
     ``base`` (an ExperimentSpec from ``--config`` or None) supplies alpha, minimums and the decision; the
     arms, roles and split come from the exported labels. AUC comparisons need histograms, which are not
-    exported: they come out as insufficient data.
+    exported: they come out as insufficient data. An experiment exporting users and per-user sums is read
+    as ``unit = "user"``.
     """
     import urllib.error
     import urllib.parse
     import urllib.request
 
-    from rankwatch.pipeline.abdata import ArmCell, ExperimentData
+    from rankwatch.pipeline.abdata import ArmCell, ExperimentData, UnitSums
     from rankwatch.pipeline.aggregates import MetricSum, RankingAggregate
     from rankwatch.pipeline.experiment import experiment_from_dict
     from rankwatch.pipeline.options import MetricOptions
@@ -330,7 +331,15 @@ def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: fl
         raise RankwatchError(f"experiment {name!r}: expected one control arm in Prometheus, found {controls}")
     merged = {**(base.to_dict() if base is not None else {}), "name": name, "control": controls[0],
               "treatments": sorted(a for a in roles if a != controls[0]), "split": split}  # fmt: skip
-    merged.pop("n_star", None) if base is None else None
+    users: dict[str, float] = {}
+    for labels, v in query("rankwatch_experiment_users"):  # summed over instances
+        if labels.get("experiment") == name:
+            users[labels["arm"]] = users.get(labels["arm"], 0.0) + v
+    # Only unit = "user" experiments export users and the per-user sums: the families say the unit. The
+    # tuning N* follows it unless --config / --n-star set one.
+    merged["unit"] = "user" if users else "request"
+    if base is None or (base.unit != merged["unit"] and not base.n_star):
+        merged.pop("n_star", None)
     try:
         spec = experiment_from_dict(merged)
     except ValueError as e:
@@ -344,8 +353,14 @@ def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: fl
             out[key] = out.get(key, 0.0) + value
         return out
 
-    counts, sums, squares = (total(f"rankwatch_experiment_{f}") for f in ("observations", "sum_of_values",
-                                                                            "sum_of_squares"))  # fmt: skip
+    if users:
+        units = [total(f"rankwatch_experiment_{f}") for f in (
+            "units", "unit_sum_of_values", "unit_sum_of_counts", "unit_sum_of_squared_values",
+            "unit_sum_of_squared_counts", "unit_sum_of_products")]  # fmt: skip
+        counts, sums, squares = units[0], units[1], {}
+    else:
+        counts, sums, squares = (total(f"rankwatch_experiment_{f}") for f in ("observations", "sum_of_values",
+                                                                                "sum_of_squares"))  # fmt: skip
     requests = total("rankwatch_experiment_requests")
     metrics = sorted({k[3] for k in counts}, key=lambda m: (m != "mrr", m.split("@")[0], int(m.split("@")[1] or 0)
                                                              if "@" in m else 0))  # fmt: skip
@@ -361,8 +376,13 @@ def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: fl
             agg.sums[metric] = MetricSum(int(counts.get(k, 0)), sums.get(k, 0.0), squares.get(k, 0.0))
         key = () if segment == ALL_VALUE and surface == ALL_VALUE else (("segment", segment), ("surface", surface))
         cells[(arm, key)] = ArmCell(agg)
+        if users:
+            for metric in options.rank_metric_names:
+                k = (arm, segment, surface, metric)
+                if k in units[0]:
+                    cells[(arm, key)].units[metric] = UnitSums(int(units[0][k]), *(u.get(k, 0.0) for u in units[1:]))
     for arm in spec.arms:
         cells.setdefault((arm, ()), ArmCell(RankingAggregate(options)))
     return ExperimentData(spec=spec, options=options, slice_spec=SliceSpec(by=("segment", "surface")), cells=cells,
                           requests={a: cells[(a, ())].aggregate.requests for a in spec.arms},
-                          users=dict.fromkeys(spec.arms, 0))  # fmt: skip
+                          users={a: int(users.get(a, 0)) for a in spec.arms})  # fmt: skip

@@ -39,7 +39,7 @@ def experiment_collector(cfg: Any) -> Any:
     """The ``rankwatch_experiment_*`` collector of the configured request-unit experiments (None: none).
 
     Their state lives in the partition pairs' processors (``StreamConfig.experiments``). The windows must be sliced by each experiment's arm label (``[slices] by``), else a ConfigError.
-    Experiments with ``unit = "user"`` are not exported yet (docs/experiments.md): logged and skipped.
+    Experiments with ``unit = "user"`` keep per-user sums in the pairs' state (pipeline/abusers.py).
     """
     from rankwatch.errors import ConfigError
     from rankwatch.exporters.experiments import ExperimentCollector
@@ -53,9 +53,9 @@ def experiment_collector(cfg: Any) -> Any:
             raise ConfigError(f"experiment {spec.name!r}: its arm label {spec.label!r} must be in [slices] by "
                               f"(now {', '.join(by) or 'nothing'})")  # fmt: skip
         if spec.unit == "user":
-            logging.getLogger("rankwatch").warning(
-                "experiment %r: unit = 'user' is not exported online yet; use rankwatch ab on logs", spec.name)
-            continue
+            logging.getLogger("rankwatch").info(
+                "experiment %r: unit = 'user'; exact over instances when both topics are keyed by user_id "
+                "(docs/experiments.md)", spec.name)
         specs.append(spec)
     return ExperimentCollector(specs=specs) if specs else None
 

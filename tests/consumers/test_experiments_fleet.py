@@ -1,6 +1,6 @@
 """Fleet-exact experiments on a real broker and a real Prometheus: one ``rankwatch run`` instance and two
 instances sharing the partitions give the same recorded lift and intervals (to 1e-9), and both equal
-``rankwatch ab`` on the ground truth."""
+``rankwatch ab`` on the ground truth; a ``unit = "user"`` experiment's rules agree across the setups too."""
 
 from __future__ import annotations
 
@@ -58,6 +58,10 @@ by = ["segment", "surface", "variant"]
 [[experiments]]
 name = "{name}"
 min_requests = 50
+[[experiments]]
+name = "{name}_user"
+unit = "user"
+min_requests = 50
 """
     path = write_config(tmp / f"{name}-{port}.toml", bootstrap=bootstrap, prefix=prefix, extra=extra,
                         checkpoint_interval="500ms")
@@ -111,7 +115,7 @@ def test_one_and_two_instances_record_the_same_lift(kafka_broker: Any, unique: s
             got.clear()
             got.update({r["metric"]["experiment"]: float(r["value"][1]) for r in _query(
                 base, 'sum by (experiment) (rankwatch:experiment_arm_requests:sum)')})
-            return got.get("one") == n_requests and got.get("two") == n_requests
+            return all(got.get(e) == n_requests for e in ("one", "two", "one_user", "two_user"))
 
         try:
             wait_for(complete, timeout=180, what="every request in both setups' experiment sums", procs=tuple(procs))
@@ -135,6 +139,13 @@ def test_one_and_two_instances_record_the_same_lift(kafka_broker: Any, unique: s
     assert one.keys() == two.keys() and len(one) >= len(CHECKED) * 7
     for key, value in one.items():
         assert two[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    # unit = "user": the pairs' per-user sums add up the same whichever instance owns them (the events are
+    # keyed by request here, so a user's parts in different pairs are separate units: not ab's numbers).
+    one_user, two_user = values["one_user"], values["two_user"]
+    assert one_user.keys() == two_user.keys() and len(one_user) >= len(CHECKED) * 7
+    for key, value in one_user.items():
+        assert two_user[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert any(abs(one_user[k] - one[k]) > 1e-6 for k in one if k[0].endswith(":upper"))  # wider: users
     # ... and both are rankwatch ab's numbers on the ground truth (z instead of t for the fixed interval).
     report = experiment_report(experiment_cells(validate_evaluation_frame(truth), ExperimentSpec(name="x", min_requests=50)))
     for c in report["comparisons"]:

@@ -14,7 +14,9 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from scipy import stats
@@ -62,9 +64,13 @@ def _scenario(name: str, n_t: int, n_c: int, effect: float) -> tuple[list[dict],
     t, c = (ArmEstimate.from_moments(*arms[a]) for a in ("treatment", "control"))
     assert t is not None and c is not None
     cmp = compare_means(t, c)
+    chi2 = float(stats.chisquare([n_c, n_t]).statistic)
+    return series, _value_tests(name, cmp, chi2), {"cmp": cmp, "chi2": chi2}
+
+
+def _value_tests(name: str, cmp: Any, chi2: float) -> list[dict]:
     labels = {"experiment": name, "arm": "treatment", "role": "treatment", "metric": "ndcg@10",
               "segment": "all", "surface": "all"}
-    chi2 = float(stats.chisquare([n_c, n_t]).statistic)
     checks = {
         "rankwatch:experiment_diff:value": cmp.diff,
         "rankwatch:experiment_diff:stderr": cmp.diff_se,
@@ -81,7 +87,40 @@ def _scenario(name: str, n_t: int, n_c: int, effect: float) -> tuple[list[dict],
                                "value": 1}]} for rule, value in checks.items()]
     tests.append({"expr": f'abs(rankwatch:experiment_srm:chi2{{experiment="{name}"}} - {chi2!r}) < bool 1e-9',
                   "eval_time": "20m", "exp_samples": [{"labels": f'{{experiment="{name}"}}', "value": 1}]})
-    return series, tests, {"cmp": cmp, "chi2": chi2}
+    return tests
+
+
+def _user_scenario(name: str, users_t: int, users_c: int, effect: float) -> tuple[list[dict], list[dict], dict]:
+    """A ``unit = "user"`` experiment: per-user sums (Y_u, N_u) of synthetic users, users split by instance."""
+    rng = np.random.default_rng(7)
+    sums, users = {}, {}
+    series = []
+    for arm, n_users, mean in (("control", users_c, 0.8), ("treatment", users_t, 0.8 * (1 + effect))):
+        role = "control" if arm == "control" else "treatment"
+        n_u = rng.integers(1, 30, n_users).astype(float)
+        y_u = n_u * np.clip(mean + rng.normal(0, 0.1, n_users), 0, 1)  # per-user effects: correlated requests
+        parts = {"a": slice(0, n_users // 4), "b": slice(n_users // 4, n_users)}
+        sums[arm] = (n_users, y_u.sum(), n_u.sum(), (y_u * y_u).sum(), (n_u * n_u).sum(), (y_u * n_u).sum())
+        users[arm] = n_users
+        for inst, sel in parts.items():
+            y, n = y_u[sel], n_u[sel]
+            base = f'experiment="{name}",arm="{arm}",role="{role}"'
+            lab = f'{{job="rankwatch",instance="{inst}",{base},segment="all",surface="all"'
+            values = {"units": y.size, "unit_sum_of_values": y.sum(), "unit_sum_of_counts": n.sum(),
+                      "unit_sum_of_squared_values": (y * y).sum(), "unit_sum_of_squared_counts": (n * n).sum(),
+                      "unit_sum_of_products": (y * n).sum()}
+            series += [{"series": f'rankwatch_experiment_requests{lab}}}', "values": f"{int(n.sum())}x30"},
+                       {"series": f'rankwatch_experiment_users{{job="rankwatch",instance="{inst}",{base}}}',
+                        "values": f"{y.size}x30"},
+                       {"series": f'rankwatch_experiment_expected_share{{job="rankwatch",instance="{inst}",{base}}}',
+                        "values": "0.5x30"}]
+            series += [{"series": f'rankwatch_experiment_{fam}{lab},metric="ndcg@10"}}', "values": f"{float(v)!r}x30"}
+                       for fam, v in values.items()]
+    t, c = (ArmEstimate.from_unit_sums(int(sums[a][0]), *(float(x) for x in sums[a][1:])) for a in ("treatment", "control"))
+    assert t is not None and c is not None
+    cmp = compare_means(t, c, n_star=5_000)
+    chi2 = float(stats.chisquare([users["control"], users["treatment"]]).statistic)
+    return series, _value_tests(name, cmp, chi2), {"cmp": cmp, "chi2": chi2}
 
 
 def generate() -> str:
@@ -89,10 +128,13 @@ def generate() -> str:
     reg_series, reg_tests, reg = _scenario("regressed", 20_000, 20_000, -0.05)
     aa_series, aa_tests, aa = _scenario("aa", 20_000, 20_100, 0.0)
     srm_series, srm_tests, srm = _scenario("broken", 18_500, 20_000, 0.0)
+    user_series, user_tests, user = _user_scenario("by_user", 3_000, 3_100, -0.05)
+    assert user["cmp"].lift_ci_sequential[1] < 0 and user["chi2"] < 10.828
     assert reg["cmp"].lift_ci_sequential[1] < 0  # each scenario is what its name says
     assert aa["cmp"].lift_ci_sequential[0] < 0 < aa["cmp"].lift_ci_sequential[1] and aa["chi2"] < 10.828
     assert srm["chi2"] > 10.828 and srm["cmp"].lift_ci_sequential[0] < 0 < srm["cmp"].lift_ci_sequential[1]
-    regression = {"alertname": "RankwatchExperimentRegression", "eval_time": "15m", "exp_alerts": [{
+    regression = {"alertname": "RankwatchExperimentRegression", "eval_time": "15m", "exp_alerts": [_regression_alert(
+        "by_user", user["cmp"]), {
         "exp_labels": {"severity": "critical", "experiment": "regressed", "arm": "treatment", "role": "treatment",
                        "metric": "ndcg@10", "segment": "all", "surface": "all"},
         "exp_annotations": {
@@ -113,10 +155,23 @@ def generate() -> str:
             "runbook_url": "docs/alerts.md#rankwatchsampleratiomismatch"}}]}
     srm_early = {"alertname": "RankwatchSampleRatioMismatch", "eval_time": "10m", "exp_alerts": []}
     doc = {"rule_files": ["../rules/rankwatch-experiments.yml"], "evaluation_interval": "1m",
-           "tests": [{"interval": "1m", "input_series": reg_series + aa_series + srm_series,
-                      "promql_expr_test": reg_tests + aa_tests + srm_tests,
+           "tests": [{"interval": "1m", "input_series": reg_series + aa_series + srm_series + user_series,
+                      "promql_expr_test": reg_tests + aa_tests + srm_tests + user_tests,
                       "alert_rule_test": [regression, too_early, mismatch, srm_early]}]}
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=200)
+
+
+def _regression_alert(name: str, cmp: Any) -> dict:
+    return {
+        "exp_labels": {"severity": "critical", "experiment": name, "arm": "treatment", "role": "treatment",
+                       "metric": "ndcg@10", "segment": "all", "surface": "all"},
+        "exp_annotations": {
+            "summary": f"experiment {name}: treatment lowers ndcg@10",
+            "description": "The always-valid 95 % interval of the lift of ndcg@10 for arm treatment of experiment "
+                           f"{name} lies entirely below 0 (upper bound "
+                           f"{_humanize_percentage(cmp.lift_ci_sequential[1])}) on the all-segments slice, "
+                           "with at least the minimum requests in both arms.",
+            "runbook_url": "docs/alerts.md#rankwatchexperimentregression"}}
 
 
 def _rounded(text: str) -> str:

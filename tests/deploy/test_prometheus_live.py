@@ -49,6 +49,11 @@ DEADLINE_SECONDS = 90.0
 DEMO_HAS_NO = {
     "job_topic:rankwatch_consumer_lag:sum": "the demo consumes no Kafka topic, so there is no consumer lag",
     "stream_reason:rankwatch_rejected_events:rate5m": "the demo produces no malformed events to reject",
+    # The demo's experiment is request-unit; the user-unit rules run on a real Prometheus in
+    # tests/consumers/test_experiments_fleet.py and under promtool (tests/deploy/test_experiment_rules.py).
+    **{f"rankwatch:experiment_{n}": "the demo's experiment is request-unit" for n in (
+        "units:sum", "unit_sum_of_values:sum", "unit_sum_of_counts:sum", "unit_sum_of_squared_values:sum",
+        "unit_sum_of_squared_counts:sum", "unit_sum_of_products:sum", "units:pair_sum")},
 }
 
 # Template variables: multi-value ones become the "All" regex, single-value ones a concrete value.

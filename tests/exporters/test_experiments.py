@@ -70,7 +70,34 @@ def test_run_refuses_an_experiment_whose_arm_is_not_sliced(tmp_path: Path) -> No
     ok = config_from_dict({"slices": {"by": ["segment", "surface", "variant"]}, "experiments": [{"name": "x"}]})
     assert isinstance(experiment_collector(ok), ExperimentCollector)
     user = config_from_dict({"slices": {"by": ["segment", "variant"]}, "experiments": [{"name": "x", "unit": "user"}]})
-    assert experiment_collector(user) is None
+    collector = experiment_collector(user)  # user-unit experiments are exported too (pipeline/abusers.py)
+    assert isinstance(collector, ExperimentCollector) and collector.specs[0].unit == "user"
+
+
+def test_user_unit_families_carry_the_per_user_sums_and_users_per_arm() -> None:
+    spec = ExperimentSpec(name="u", unit="user")
+    config = StreamConfig(windows=("5m",), slice_spec=SliceSpec(by=("segment", "surface", "variant")), experiments=(spec,))
+    proc = StreamProcessor(config, clock=ManualClock())
+    cfg = TrafficConfig(seed=4, duration_s=600, requests_per_second=8, experiment=ExperimentTraffic(users=100))
+    for e in generate_events(cfg):
+        (proc.process_impression if e.stream == "impressions" else proc.process_feedback)(e.value)
+    proc.flush()
+    collector = ExperimentCollector(specs=[spec])
+    collector.set_parts({0: proc.stats().experiments})
+    got = _scrape(collector)
+    assert not any(name == "rankwatch_experiment_observations" for name, _ in got)  # the request unit's
+    data = proc.experiment_data("u")
+    for arm in spec.arms:
+        labels = frozenset({"experiment": "u", "arm": arm, "role": "control" if arm == "control" else "treatment"}.items())
+        assert got[("rankwatch_experiment_users", labels)] == data.users[arm] > 0
+        cell_labels = dict(labels) | {"segment": "all", "surface": "all"}
+        assert got[("rankwatch_experiment_requests", frozenset(cell_labels.items()))] == data.requests[arm]
+        u = data.cells[(arm, ())].units["ndcg@10"]
+        m = frozenset((cell_labels | {"metric": "ndcg@10"}).items())
+        assert got[("rankwatch_experiment_units", m)] == u.n
+        for family, value in (("sum_of_values", u.sum_y), ("sum_of_counts", u.sum_n), ("sum_of_squared_values", u.sum_yy),
+                              ("sum_of_squared_counts", u.sum_nn), ("sum_of_products", u.sum_yn)):
+            assert got[(f"rankwatch_experiment_unit_{family}", m)] == pytest.approx(value, rel=1e-12), family
 
 
 def test_state_rides_in_the_pairs_snapshots_and_sums_are_fleet_exact() -> None:

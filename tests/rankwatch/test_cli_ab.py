@@ -218,13 +218,6 @@ def test_config_experiment_start_and_arms(tmp_path: Path, capsys) -> None:
 
 def test_prometheus_source_equals_the_accumulated_report(capsys) -> None:
     """A fake Prometheus serving two instances' rankwatch_experiment_* samples through /api/v1/query."""
-    import threading
-    import urllib.parse
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
     from rankwatch.exporters.experiments import ExperimentCollector
     from rankwatch.pipeline.abonline import ExperimentAccumulator
     from rankwatch.pipeline.abreport import experiment_report
@@ -239,12 +232,31 @@ def test_prometheus_source_equals_the_accumulated_report(capsys) -> None:
     for i, pw in enumerate(_published(8)):
         whole.add(pw)
         instances[i % 2].publish_window(pw)
-    samples: list[tuple[str, dict, float]] = []
-    for inst, collector in zip("ab", instances, strict=True):
-        registry = CollectorRegistry()
-        registry.register(collector)
-        for fam in text_string_to_metric_families(generate_latest(registry).decode()):
-            samples += [(s.name, {**s.labels, "instance": inst, "job": "rankwatch"}, s.value) for s in fam.samples]
+    doc = _ab_against_fake_prometheus(capsys, _scraped(instances))
+    expected = experiment_report(whole.data())
+    assert doc["srm"]["observed"] == expected["srm"]["observed"]
+    want = {(c["metric"], c["segment"], c["surface"]): c for c in expected["comparisons"]}
+    got = [c for c in doc["comparisons"] if not c["metric"].startswith("auc")]
+    assert len(got) == sum(1 for c in expected["comparisons"] if not c["metric"].startswith("auc")) > 0
+    for c in got:
+        ref = want[(c["metric"], c["segment"], c["surface"])]
+        for key in ("n", "n_control", "mean", "diff", "lift", "p_value", "p_adjusted", "verdict", "lift_ci_sequential"):
+            assert c[key] == (pytest.approx(ref[key], rel=1e-9, abs=1e-12) if isinstance(ref[key], float | list)
+                              else ref[key]), key
+    assert all(c["verdict"] == "insufficient data" for c in doc["comparisons"] if c["metric"].startswith("auc"))
+
+
+def test_prometheus_unreachable_is_one_line(capsys) -> None:
+    assert main(["ab", "--prometheus", "http://127.0.0.1:9"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "cannot query Prometheus" in err and "\n" not in err
+
+
+def _ab_against_fake_prometheus(capsys, samples: list[tuple[str, dict, float]]) -> dict:
+    """``rankwatch ab --prometheus`` against a fake Prometheus serving ``samples`` through /api/v1/query."""
+    import threading
+    import urllib.parse
+    from http.server import BaseHTTPRequestHandler, HTTPServer
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
@@ -263,24 +275,64 @@ def test_prometheus_source_equals_the_accumulated_report(capsys) -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        doc = _run(capsys, "--prometheus", f"http://127.0.0.1:{server.server_port}", "--min-requests", "100")
+        return _run(capsys, "--prometheus", f"http://127.0.0.1:{server.server_port}", "--min-requests", "100")
     finally:
         server.shutdown()
         server.server_close()
-    expected = experiment_report(whole.data())
-    assert doc["srm"]["observed"] == expected["srm"]["observed"]
+
+
+def _scraped(collectors: list) -> list[tuple[str, dict, float]]:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: list[tuple[str, dict, float]] = []
+    for inst, collector in zip("abcdef", collectors, strict=False):
+        registry = CollectorRegistry()
+        registry.register(collector)
+        for fam in text_string_to_metric_families(generate_latest(registry).decode()):
+            samples += [(s.name, {**s.labels, "instance": inst, "job": "rankwatch"}, s.value) for s in fam.samples]
+    return samples
+
+
+def test_prometheus_source_of_a_user_unit_experiment_equals_the_processors_report(capsys) -> None:
+    """Two instances (partition pairs keyed by user) export per-user sums; ``ab --prometheus`` reads them
+    as unit = "user" and gives the report of one processor that saw everything."""
+    import zlib
+
+    from rankwatch.exporters.experiments import ExperimentCollector
+    from rankwatch.pipeline.abreport import experiment_report
+    from rankwatch.pipeline.clock import ManualClock
+    from rankwatch.pipeline.experiment import ExperimentSpec
+    from rankwatch.pipeline.generator import ExperimentTraffic, TrafficConfig, generate_with_truth
+    from rankwatch.pipeline.slicing import SliceSpec
+    from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
+
+    spec = ExperimentSpec(name="byuser", unit="user", min_requests=100)
+    config = StreamConfig(windows=("5m",), slice_spec=SliceSpec(by=("segment", "surface", "variant")), experiments=(spec,))
+    exp = ExperimentTraffic(effects=(("treatment", "new_user", -0.3),), users=200, user_effect_sd=0.1)
+    events, truth = generate_with_truth(TrafficConfig(seed=9, duration_s=600, requests_per_second=8, experiment=exp))
+    user_of = dict(zip(truth["request_id"], truth["user_id"], strict=True))
+    whole = StreamProcessor(config, clock=ManualClock())
+    pairs = [StreamProcessor(config, clock=ManualClock()) for _ in range(2)]
+    for e in events:
+        for proc in (whole, pairs[zlib.crc32(str(user_of.get(e.key.decode(), "")).encode()) % 2]):
+            (proc.process_impression if e.stream == "impressions" else proc.process_feedback)(e.value)
+    collectors = []
+    for proc in (whole, *pairs):
+        proc.flush()
+    for proc in pairs:
+        c = ExperimentCollector(specs=[spec])
+        c.set_parts({0: proc.stats().experiments})
+        collectors.append(c)
+    doc = _ab_against_fake_prometheus(capsys, _scraped(collectors))
+    expected = experiment_report(whole.experiment_data("byuser"))
+    assert doc["experiment"]["unit"] == "user" and doc["srm"]["observed"] == expected["srm"]["observed"]
     want = {(c["metric"], c["segment"], c["surface"]): c for c in expected["comparisons"]}
     got = [c for c in doc["comparisons"] if not c["metric"].startswith("auc")]
     assert len(got) == sum(1 for c in expected["comparisons"] if not c["metric"].startswith("auc")) > 0
     for c in got:
         ref = want[(c["metric"], c["segment"], c["surface"])]
-        for key in ("n", "n_control", "mean", "diff", "lift", "p_value", "p_adjusted", "verdict", "lift_ci_sequential"):
+        for key in ("unit", "n", "n_control", "mean", "diff", "lift", "p_value", "p_adjusted", "verdict",
+                    "lift_ci_sequential"):
             assert c[key] == (pytest.approx(ref[key], rel=1e-9, abs=1e-12) if isinstance(ref[key], float | list)
                               else ref[key]), key
-    assert all(c["verdict"] == "insufficient data" for c in doc["comparisons"] if c["metric"].startswith("auc"))
-
-
-def test_prometheus_unreachable_is_one_line(capsys) -> None:
-    assert main(["ab", "--prometheus", "http://127.0.0.1:9"]) != 0
-    err = capsys.readouterr().err.strip()
-    assert "cannot query Prometheus" in err and "\n" not in err
