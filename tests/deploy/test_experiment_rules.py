@@ -21,7 +21,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from rankwatch.pipeline.abstats import ArmEstimate, compare_means
+from rankwatch.pipeline.abstats import ArmEstimate, compare_means, mixture_rho2
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules" / "rankwatch-experiments.yml"
@@ -123,6 +123,45 @@ def _user_scenario(name: str, users_t: int, users_c: int, effect: float) -> tupl
     return series, _value_tests(name, cmp, chi2), {"cmp": cmp, "chi2": chi2}
 
 
+CELLS = [(seg, surf) for seg in ("new_user", "returning", "power_user") for surf in ("home_feed", "search")]
+
+
+def _segment_scenario(name: str, n: int, effect: float) -> tuple[list[dict], list[dict], dict]:
+    """Six segment x surface cells, one with a planted effect: the Bonferroni-adjusted always-valid bound."""
+    series, tests, uppers = [], [], {}
+    for cell in CELLS:
+        eff = effect if cell == CELLS[0] else 0.0
+        arms = {"control": _arm_sums(n, 0.8), "treatment": _arm_sums(n + 37, 0.8 * (1 + eff), 0.26)}
+        for arm, (k, s_, q) in arms.items():
+            role = "control" if arm == "control" else "treatment"
+            for inst, share in (("a", 0.25), ("b", 0.75)):
+                lab = (f'{{job="rankwatch",instance="{inst}",experiment="{name}",arm="{arm}",role="{role}",'
+                       f'segment="{cell[0]}",surface="{cell[1]}"')
+                pn = k // 4 if inst == "a" else k - k // 4
+                series += [
+                    {"series": f'rankwatch_experiment_requests{lab}}}', "values": f"{pn}x30"},
+                    {"series": f'rankwatch_experiment_observations{lab},metric="ndcg@10"}}', "values": f"{pn}x30"},
+                    {"series": f'rankwatch_experiment_sum_of_values{lab},metric="ndcg@10"}}', "values": f"{s_ * share!r}x30"},
+                    {"series": f'rankwatch_experiment_sum_of_squares{lab},metric="ndcg@10"}}', "values": f"{q * share!r}x30"},
+                ]
+        t, c = (ArmEstimate.from_moments(*arms[a]) for a in ("treatment", "control"))
+        assert t is not None and c is not None
+        # p_sequential <= alpha / m (Bonferroni) exactly when this bound is below 0: the tuning rho stays
+        # alpha's (as for the p-values Benjamini-Hochberg ranks), the boundary is alpha / m's.
+        cmp = compare_means(t, c)
+        eta = (t.n + c.n) * mixture_rho2(0.05, 50_000)
+        mult = math.sqrt(2 * (1 + 1 / eta) * (0.5 * math.log1p(eta) - math.log(0.05 / len(CELLS))))
+        upper = cmp.lift + mult * cmp.lift_se
+        assert (upper < 0) == (cmp.p_value_sequential is not None and cmp.p_value_sequential <= 0.05 / len(CELLS))
+        uppers[cell] = upper
+        labels = {"experiment": name, "arm": "treatment", "role": "treatment", "metric": "ndcg@10",
+                  "segment": cell[0], "surface": cell[1]}
+        sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        tests.append({"expr": f"abs(rankwatch:experiment_lift_sequential_adjusted:upper{{{sel}}} - {upper!r}) < bool 1e-9",
+                      "eval_time": "20m", "exp_samples": [{"labels": "{" + sel + "}", "value": 1}]})
+    return series, tests, {"uppers": uppers}
+
+
 def generate() -> str:
     """The promtool unit-test file: a regression, an A/A experiment and a broken split."""
     reg_series, reg_tests, reg = _scenario("regressed", 20_000, 20_000, -0.05)
@@ -133,17 +172,13 @@ def generate() -> str:
     assert reg["cmp"].lift_ci_sequential[1] < 0  # each scenario is what its name says
     assert aa["cmp"].lift_ci_sequential[0] < 0 < aa["cmp"].lift_ci_sequential[1] and aa["chi2"] < 10.828
     assert srm["chi2"] > 10.828 and srm["cmp"].lift_ci_sequential[0] < 0 < srm["cmp"].lift_ci_sequential[1]
-    regression = {"alertname": "RankwatchExperimentRegression", "eval_time": "15m", "exp_alerts": [_regression_alert(
-        "by_user", user["cmp"]), {
-        "exp_labels": {"severity": "critical", "experiment": "regressed", "arm": "treatment", "role": "treatment",
-                       "metric": "ndcg@10", "segment": "all", "surface": "all"},
-        "exp_annotations": {
-            "summary": "experiment regressed: treatment lowers ndcg@10",
-            "description": "The always-valid 95 % interval of the lift of ndcg@10 for arm treatment of experiment "
-                           "regressed lies entirely below 0 (upper bound "
-                           f"{_humanize_percentage(reg['cmp'].lift_ci_sequential[1])}) on the all-segments slice, "
-                           "with at least the minimum requests in both arms.",
-            "runbook_url": "docs/alerts.md#rankwatchexperimentregression"}}]}
+    seg_series, seg_tests, seg = _segment_scenario("segmented", 20_000, -0.06)
+    flagged = [cell for cell, upper in seg["uppers"].items() if upper < 0]
+    assert flagged == [CELLS[0]]  # the planted cell only, after the adjustment
+    regression = {"alertname": "RankwatchExperimentRegression", "eval_time": "15m", "exp_alerts": [
+        _regression_alert("by_user", user["cmp"].lift_ci_sequential[1]),
+        _regression_alert("regressed", reg["cmp"].lift_ci_sequential[1]),
+        _regression_alert("segmented", seg["uppers"][CELLS[0]], CELLS[0])]}
     too_early = {"alertname": "RankwatchExperimentRegression", "eval_time": "5m", "exp_alerts": []}
     mismatch = {"alertname": "RankwatchSampleRatioMismatch", "eval_time": "20m", "exp_alerts": [{
         "exp_labels": {"severity": "warning", "experiment": "broken"},
@@ -155,22 +190,22 @@ def generate() -> str:
             "runbook_url": "docs/alerts.md#rankwatchsampleratiomismatch"}}]}
     srm_early = {"alertname": "RankwatchSampleRatioMismatch", "eval_time": "10m", "exp_alerts": []}
     doc = {"rule_files": ["../rules/rankwatch-experiments.yml"], "evaluation_interval": "1m",
-           "tests": [{"interval": "1m", "input_series": reg_series + aa_series + srm_series + user_series,
-                      "promql_expr_test": reg_tests + aa_tests + srm_tests + user_tests,
+           "tests": [{"interval": "1m", "input_series": reg_series + aa_series + srm_series + user_series + seg_series,
+                      "promql_expr_test": reg_tests + aa_tests + srm_tests + user_tests + seg_tests,
                       "alert_rule_test": [regression, too_early, mismatch, srm_early]}]}
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=200)
 
 
-def _regression_alert(name: str, cmp: Any) -> dict:
+def _regression_alert(name: str, upper: float, cell: tuple[str, str] = ("all", "all")) -> dict:
     return {
         "exp_labels": {"severity": "critical", "experiment": name, "arm": "treatment", "role": "treatment",
-                       "metric": "ndcg@10", "segment": "all", "surface": "all"},
+                       "metric": "ndcg@10", "segment": cell[0], "surface": cell[1]},
         "exp_annotations": {
             "summary": f"experiment {name}: treatment lowers ndcg@10",
             "description": "The always-valid 95 % interval of the lift of ndcg@10 for arm treatment of experiment "
-                           f"{name} lies entirely below 0 (upper bound "
-                           f"{_humanize_percentage(cmp.lift_ci_sequential[1])}) on the all-segments slice, "
-                           "with at least the minimum requests in both arms.",
+                           f"{name} lies entirely below 0 (upper bound {_humanize_percentage(upper)}) on segment "
+                           f'{cell[0]}, surface {cell[1]} ("all": the all-segments slice; a cell\'s interval is '
+                           "adjusted for the number of cells), with at least the minimum requests in both arms.",
             "runbook_url": "docs/alerts.md#rankwatchexperimentregression"}}
 
 
