@@ -64,7 +64,7 @@ def request_buckets(scores: FloatArray, lengths: IntArray) -> IntArray:
 class ClusterHistograms:
     """Positives and negatives per (bucket, score) bin, sorted by bucket then score; merges exactly."""
 
-    __slots__ = ("bucket", "scores", "pos", "neg", "clusters")
+    __slots__ = ("bucket", "scores", "pos", "neg", "clusters", "_pooled")
 
     def __init__(
         self, bucket: IntArray, scores: FloatArray, pos: IntArray, neg: IntArray, clusters: int = N_CLUSTERS
@@ -74,6 +74,19 @@ class ClusterHistograms:
         self.pos = pos
         self.neg = neg
         self.clusters = clusters  # N_CLUSTERS, or FOLDED_CLUSTERS once folded
+        self._pooled: tuple[FloatArray, IntArray, IntArray, IntArray] | None = None
+
+    def pooled(self) -> tuple[FloatArray, IntArray, IntArray, IntArray]:
+        """Distinct scores over all buckets, each bin's index into them, and positives and negatives per
+        distinct score. Computed once (the arrays are never changed in place): AUC-ROC and AUC-PR standard
+        errors of one state both need it, on every exporter rebuild."""
+        if self._pooled is None:
+            grid, inverse = np.unique(self.scores, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            pos = np.bincount(inverse, weights=self.pos, minlength=grid.size).astype(np.int64)
+            neg = np.bincount(inverse, weights=self.neg, minlength=grid.size).astype(np.int64)
+            self._pooled = (grid, inverse, pos, neg)
+        return self._pooled
 
     def folded(self) -> ClusterHistograms:
         """The same counts with buckets folded to ``FOLDED_CLUSTERS`` (bucket % 64)."""
@@ -100,11 +113,16 @@ class ClusterHistograms:
         s = np.asarray(scores, dtype=np.float64)
         if b.size == 0:
             return cls.empty()
-        order = np.lexsort((s, b))
+        # One sort of packed (bucket, dense score rank) keys: 3x faster than lexsort((s, b)), which was
+        # the largest single cost of `rankwatch run` on a backlog (window merges, exporter rebuilds).
+        _, rank = np.unique(s, return_inverse=True)
+        key = (b.astype(np.uint64) << np.uint64(32)) | rank.reshape(-1).astype(np.uint64)
+        order = np.argsort(key)
+        key = key[order]
         b, s = b[order], s[order]
         new = np.empty(b.size, dtype=bool)
         new[0] = True
-        new[1:] = (b[1:] != b[:-1]) | (s[1:] != s[:-1])
+        new[1:] = key[1:] != key[:-1]
         starts = np.flatnonzero(new)
         p = np.add.reduceat(np.asarray(pos, dtype=np.int64)[order], starts)
         n = np.add.reduceat(np.asarray(neg, dtype=np.int64)[order], starts)

@@ -127,7 +127,7 @@ def _variance(
     if clusters is None:
         n = float(pos.sum() + neg.sum())
         return float(np.dot(pos, psi_pos**2) + np.dot(neg, psi_neg**2)) * n / (n - 1)
-    at = np.searchsorted(hist_scores, clusters.scores)
+    at = clusters.pooled()[1] if hist_scores is clusters.pooled()[0] else np.searchsorted(hist_scores, clusters.scores)
     per_bin = clusters.pos * psi_pos[at] + clusters.neg * psi_neg[at]
     per_bucket = np.bincount(clusters.bucket, weights=per_bin)
     k = int(np.count_nonzero(np.bincount(clusters.bucket, weights=clusters.pos + clusters.neg)))
@@ -137,9 +137,7 @@ def _variance(
 
 
 def _pooled_grid(clusters: ClusterHistograms) -> tuple[FloatArray, IntArray, IntArray]:
-    grid, inverse = np.unique(clusters.scores, return_inverse=True)
-    pos = np.bincount(inverse, weights=clusters.pos, minlength=grid.size).astype(np.int64)
-    neg = np.bincount(inverse, weights=clusters.neg, minlength=grid.size).astype(np.int64)
+    grid, _inverse, pos, neg = clusters.pooled()
     return grid, pos, neg
 
 
