@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+from rankwatch.pipeline.uncertainty import ratio_variance
+
 __all__ = [
     "ArmEstimate",
     "Comparison",
@@ -83,15 +85,8 @@ class ArmEstimate:
         ``(s_YY - 2 r s_YN + r^2 s_NN) / mean(N)^2`` with the (co)variances taken over units (ddof = 1).
         With one request per unit (``N_u = 1``) this is the request-level variance. None below two units.
         """
-        if n < 2 or sum_n <= 0:
-            return None
-        r = sum_y / sum_n
-        mean_n = sum_n / n
-        s_yy = (sum_yy - sum_y * sum_y / n) / (n - 1)
-        s_nn = (sum_nn - sum_n * sum_n / n) / (n - 1)
-        s_yn = (sum_yn - sum_y * sum_n / n) / (n - 1)
-        var = max(s_yy - 2.0 * r * s_yn + r * r * s_nn, 0.0) / (mean_n * mean_n)
-        return cls(r, var, n)
+        var_mean = ratio_variance(n, sum_y, sum_n, sum_yy, sum_nn, sum_yn)
+        return None if var_mean is None else cls(sum_y / sum_n, var_mean * n, n)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from rankwatch.pipeline.auc import ScoreHistogram, histograms_by_request_group
 from rankwatch.pipeline.clusters import ClusterHistograms, cluster_histograms_by_group, request_buckets
-from rankwatch.pipeline.gauc import GaucSums, ScoreImage, request_group_auc, weighted_sums
+from rankwatch.pipeline.gauc import GaucSums, ScoreImage, request_group_auc, weighted_moments
 from rankwatch.pipeline.kernel import PerRequestMetrics, offsets_from_lengths, per_request_metrics
 from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.positions import position_counts, rates
@@ -155,6 +155,7 @@ class RankingAggregate:
         defined = self.histogram.auc_roc() is not None
         out["auc_roc"] = auc_roc_stderr(self.histogram, self.clusters) if defined else None
         out["auc_pr"] = auc_pr_stderr(self.histogram, self.clusters) if defined else None
+        out["gauc"] = self.gauc.stderr(self.options.gauc_weight)  # issue 13: groups (users) as units
         return out
 
     def position_ctr(self) -> list[float | None]:
@@ -341,9 +342,10 @@ def _add_gauc(
     image = score_image or ScoreImage.of(scores, relevant, n_pairs)
     pair = np.asarray(pair, dtype=np.int64)
     counts = request_group_auc(pair, metrics.lengths, metrics.n_relevant, n_pairs, image)
-    weighted, weight, groups, excluded = weighted_sums(counts, slice_of_pair, n_groups, options.gauc_weight)
+    weighted, weight, groups, excluded, moments = weighted_moments(counts, slice_of_pair, n_groups, options.gauc_weight)
     for gi, agg in enumerate(out):
         agg.gauc = GaucSums(float(weighted[gi]), float(weight[gi]), int(groups[gi]), int(excluded[gi]))
+        agg.gauc.moments = [float(x) for x in moments[gi]]
 
 
 def aggregate_lists(

@@ -20,11 +20,14 @@ buckets where it happens are recomputed from the true scores (a lexsort of those
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from rankwatch.pipeline.uncertainty import ratio_variance
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -288,7 +291,7 @@ class GaucSums:
     ``user_id``): GAUC is then null.
     """
 
-    __slots__ = ("weighted", "weight", "groups", "excluded", "available", "dropped", "_chunks", "_n_open")
+    __slots__ = ("weighted", "weight", "groups", "excluded", "available", "dropped", "_chunks", "_n_open", "moments")
 
     def __init__(
         self,
@@ -304,6 +307,9 @@ class GaucSums:
     ) -> None:
         self.weighted, self.weight, self.groups, self.excluded = weighted, weight, groups, excluded
         self.available, self.dropped = available, dropped
+        # sum (w_g AUC_g)^2, sum w_g^2, sum w_g^2 AUC_g over the closed groups (the GAUC standard error);
+        # None for states written before the moments were kept.
+        self.moments: list[float] | None = [0.0, 0.0, 0.0]
         self._chunks: list[tuple[IntArray, FloatArray, BoolArray]] = []
         self._n_open = 0
         if open_keys is not None and open_keys.size:
@@ -330,6 +336,10 @@ class GaucSums:
         self.excluded += other.excluded
         self.available = self.available and other.available
         self.dropped += other.dropped
+        if self.moments is None or other.moments is None:
+            self.moments = None
+        else:
+            self.moments = [a + b for a, b in zip(self.moments, other.moments, strict=True)]
         room = max(max_open_items - self._n_open, 0)
         for keys, scores, rel in other._chunks:
             take = min(room, keys.size)
@@ -341,13 +351,19 @@ class GaucSums:
 
     def totals(self, weight_kind: str) -> tuple[float, float, int, int]:
         """``(weighted, weight, groups, excluded)`` including the open groups."""
+        return self._closed(weight_kind)[:4]  # type: ignore[return-value]
+
+    def _closed(self, weight_kind: str) -> tuple[float, float, int, int, list[float] | None]:
+        """The sums and moments with the open groups closed (not stored: they may still grow)."""
         if self._n_open == 0:
-            return self.weighted, self.weight, self.groups, self.excluded
+            return self.weighted, self.weight, self.groups, self.excluded, self.moments
         keys, scores, rel = self.open_items()
         codes, dense = np.unique(keys, return_inverse=True)
         counts = group_auc(dense.reshape(-1), scores, rel, codes.size)
-        w, s, g, e = weighted_sums(counts, np.zeros(codes.size, np.int64), 1, weight_kind)
-        return self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]), self.excluded + int(e[0])
+        w, s, g, e, m = weighted_moments(counts, np.zeros(codes.size, np.int64), 1, weight_kind)
+        moments = None if self.moments is None else [a + float(b) for a, b in zip(self.moments, m[0], strict=True)]
+        return (self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]),
+                self.excluded + int(e[0]), moments)  # fmt: skip
 
     def value(self, weight_kind: str) -> tuple[float | None, int | None, int | None]:
         """``(gauc, groups, excluded)``; GAUC is None without a two-class group or without a group key."""
@@ -356,10 +372,27 @@ class GaucSums:
         weighted, weight, groups, excluded = self.totals(weight_kind)
         return (weighted / weight if weight > 0 else None), groups, excluded
 
+    def stderr(self, weight_kind: str) -> float | None:
+        r"""SE of GAUC as a ratio of sums over independent groups (users), by the delta method.
+
+        :math:`GAUC = \sum_g w_g A_g / \sum_g w_g`; with :math:`Y_g = w_g A_g` and :math:`N_g = w_g` this
+        is :func:`pipeline.uncertainty.ratio_variance` over the two-class groups, which counts both the
+        spread of the groups' AUCs and each group's own estimation noise (a group-clustered SE). None
+        below two groups, without a group key, or for a state from before the moments were kept.
+        """
+        if not self.available:
+            return None
+        weighted, weight, groups, _excluded, moments = self._closed(weight_kind)
+        if moments is None:
+            return None
+        var = ratio_variance(groups, weighted, weight, moments[0], moments[1], moments[2])
+        return None if var is None else math.sqrt(var)
+
     def to_state(self) -> dict[str, Any]:
         keys, scores, rel = self.open_items()
         return {
             "sums": [self.weighted, self.weight, self.groups, self.excluded, self.available, self.dropped],
+            **({} if self.moments is None else {"moments": list(self.moments)}),
             "keys": keys.astype("<i8").tobytes(),
             "scores": scores.astype("<f8").tobytes(),
             "relevant": rel.astype("u1").tobytes(),
@@ -368,27 +401,35 @@ class GaucSums:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> GaucSums:
         w, s, g, e, a, d = state["sums"]
-        return cls(
+        out = cls(
             float(w), float(s), int(g), int(e), bool(a), int(d),
             np.frombuffer(state["keys"], dtype="<i8").astype(np.int64),
             np.frombuffer(state["scores"], dtype="<f8").astype(np.float64),
             np.frombuffer(state["relevant"], dtype="u1").astype(bool),
         )  # fmt: skip
+        moments = state.get("moments")
+        out.moments = None if moments is None else [float(x) for x in moments]
+        return out
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GaucSums) and self.to_state() == other.to_state()
 
 
-def weighted_sums(
+def weighted_moments(
     counts: GroupAuc, slice_of_group: IntArray, n_slices: int, weight_kind: str
-) -> tuple[FloatArray, FloatArray, IntArray, IntArray]:
-    """Per slice: ``sum w_g AUC_g``, ``sum w_g``, two-class groups and one-class groups (non-empty)."""
+) -> tuple[FloatArray, FloatArray, IntArray, IntArray, FloatArray]:
+    """Per slice: ``sum w_g AUC_g``, ``sum w_g``, two-class groups, one-class groups (non-empty), and the
+    second moments ``sum (w_g AUC_g)^2``, ``sum w_g^2``, ``sum w_g^2 AUC_g`` (columns of the last array)
+    that the GAUC standard error needs."""
     present = (counts.pos + counts.neg) > 0
     mixed = (counts.pos > 0) & (counts.neg > 0)
     w = (counts.pos + counts.neg if weight_kind == "impressions" else counts.pos).astype(np.float64)
-    sl, auc = slice_of_group[mixed], counts.auc()[mixed]
-    weighted = np.bincount(sl, weights=w[mixed] * auc, minlength=n_slices).astype(np.float64)
-    weight = np.bincount(sl, weights=w[mixed], minlength=n_slices).astype(np.float64)
+    sl, auc, wm = slice_of_group[mixed], counts.auc()[mixed], w[mixed]
+    wa = wm * auc
+    weighted = np.bincount(sl, weights=wa, minlength=n_slices).astype(np.float64)
+    weight = np.bincount(sl, weights=wm, minlength=n_slices).astype(np.float64)
     groups = np.bincount(sl, minlength=n_slices).astype(np.int64)
     excluded = np.bincount(slice_of_group[present & ~mixed], minlength=n_slices).astype(np.int64)
-    return weighted, weight, groups, excluded
+    moments = np.stack([np.bincount(sl, weights=x, minlength=n_slices) for x in (wa * wa, wm * wm, wa * wm)],
+                       axis=1).astype(np.float64) if n_slices else np.zeros((0, 3))  # fmt: skip
+    return weighted, weight, groups, excluded, moments

@@ -22,6 +22,12 @@ def renumber(codes: IntArray) -> IntArray:
 def differs_from_previous(column: pd.Series) -> npt.NDArray[np.bool_]:
     """``value[i + 1] != value[i]`` for every row but the first; missing values count as different."""
     values = column.array
+    chunked = getattr(values, "_pa_array", None)  # pandas' Arrow-backed strings: compare in pyarrow directly
+    if chunked is not None and len(values) > 1:
+        import pyarrow.compute as pc
+
+        differs = pc.not_equal(chunked[1:], chunked[:-1]).fill_null(True)
+        return np.asarray(differs.to_numpy(zero_copy_only=False), dtype=bool)
     result = values[1:] != values[:-1]
     if isinstance(result, np.ndarray):
         return result.astype(bool)

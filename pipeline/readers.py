@@ -425,7 +425,7 @@ def _id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
         starts = np.flatnonzero(run_start)
         _, run_ids = pd.factorize(column.iloc[starts])
         if len(run_ids) == starts.size:  # every id is one contiguous run
-            codes = np.cumsum(run_start, dtype=np.int64) - 1
+            codes = np.repeat(np.arange(starts.size, dtype=np.int64), np.diff(starts, append=len(column)))
             blank_runs = _blank_ids(run_ids)
             return codes, (~np.isin(codes, blank_runs) if blank_runs.size else np.ones(codes.size, dtype=bool))
     codes, uniques = pd.factorize(column)

@@ -8,6 +8,8 @@ Public functions (the A/B code uses them per arm):
 - :func:`auc_roc_stderr` ``(hist, clusters=None)`` -- DeLong's SE from a score histogram, request-clustered
   when the clustered state is given;
 - :func:`auc_pr_stderr` ``(hist, clusters=None)`` -- infinitesimal-jackknife SE of average precision;
+- :func:`ratio_variance` ``(n, sum_y, sum_n, sum_yy, sum_nn, sum_yn)`` -- delta-method variance of a ratio
+  of sums over independent units (GAUC over groups, a user-unit A/B arm's mean);
 - :func:`interval` ``(value, se, level, method)`` -- a two-sided interval, ``"logit"`` or ``"wald"``.
 
 Every SE is None (never 0) when it is undefined: fewer than two requests, one class, a null value.
@@ -99,6 +101,23 @@ def mean_stderr(n: int, total: float, m2: float) -> float | None:
 
 
 # -- influence functions of the pooled AUCs -------------------------------------------------------------
+def ratio_variance(n: int, sum_y: float, sum_n: float, sum_yy: float, sum_nn: float, sum_yn: float) -> float | None:
+    r"""Delta-method variance of :math:`r = \sum_u Y_u / \sum_u N_u` over ``n`` independent units.
+
+    The linearised contribution of unit :math:`u` is :math:`(Y_u - r N_u)/\bar N`; its sample variance
+    is :math:`(s_{YY} - 2 r s_{YN} + r^2 s_{NN}) / \bar N^2` with the (co)variances over units (ddof = 1),
+    and the variance of :math:`r` that over ``n``. None below two units or without weight.
+    """
+    if n < 2 or sum_n <= 0:
+        return None
+    r = sum_y / sum_n
+    mean_n = sum_n / n
+    s_yy = (sum_yy - sum_y * sum_y / n) / (n - 1)
+    s_nn = (sum_nn - sum_n * sum_n / n) / (n - 1)
+    s_yn = (sum_yn - sum_y * sum_n / n) / (n - 1)
+    return max(s_yy - 2.0 * r * s_yn + r * r * s_nn, 0.0) / (mean_n * mean_n) / n
+
+
 def _auc_roc_influence(pos: IntArray, neg: IntArray) -> tuple[float, FloatArray, FloatArray]:
     p, n = float(pos.sum()), float(neg.sum())
     v10 = (np.cumsum(neg) - neg + 0.5 * neg) / n

@@ -49,7 +49,7 @@ def test_json_is_the_result_document(capsys) -> None:
                                     "auc_roc", "auc_pr", "gauc", "gauc_groups", "gauc_groups_excluded", "gauc_items_dropped",
                                     "positive_rate", "positives", "position_ctr", "position_shown", "stderr", "score_distribution"]  # fmt: skip
     assert list(doc["overall"]["stderr"]) == ["mrr", "ndcg@5", "ndcg@10", "map@10", "precision@5", "precision@10",
-                                              "recall@10", "hit_rate@10", "auc_roc", "auc_pr"]
+                                              "recall@10", "hit_rate@10", "auc_roc", "auc_pr", "gauc"]
     assert {(s["segment"], s["surface"]) for s in doc["slices"]} == {
         (seg, surf) for seg in ("new_user", "returning", "power_user") for surf in ("home_feed", "search")
     }
