@@ -1,0 +1,62 @@
+"""``WindowBatcher``: one exporter rebuild per batch, kept to its share of the wall time (fake clock)."""
+
+from __future__ import annotations
+
+from rankwatch.commands.run import WindowBatcher
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_cheap_rebuild_is_never_delayed_and_an_expensive_one_waits_cost_over_budget() -> None:
+    clock = Clock()
+    batches: list[list[int]] = []
+    cost = [0.001]
+
+    def publish(batch: list[int]) -> None:
+        batches.append(batch)
+        clock.now += cost[0]  # the rebuild takes this long
+
+    b = WindowBatcher(publish, budget=0.05, max_interval_s=10.0, clock=clock)
+    assert not b.flush()  # nothing pending
+    b.add(1)
+    assert b.flush() and batches == [[1]]
+    clock.now += 0.5  # cheap rebuilds (1 ms): the next may come 20 ms later, so after 0.5 s it goes
+    b.add(2)
+    assert b.flush() and batches[-1] == [2]
+    cost[0] = 0.2  # a backlog: rebuilds of 0.2 s
+    clock.now += 1.0
+    b.add(3)
+    assert b.flush()  # the cost is only known after this one
+    clock.now += 1.0
+    b.add(4)
+    b.add(5)
+    assert not b.flush() and batches[-1] == [3]  # 1 s < 0.2 s / 5 % = 4 s: wait
+    clock.now += 3.01
+    assert b.flush() and batches[-1] == [4, 5]  # 4 s after the last rebuild ended
+    b.add(6)
+    assert b.flush(force=True) and batches[-1] == [6]  # shutdown does not wait
+
+
+def test_the_wait_is_capped_and_a_full_batch_goes_at_once() -> None:
+    clock = Clock()
+    batches: list[list[int]] = []
+
+    def publish(batch: list[int]) -> None:
+        batches.append(batch)
+        clock.now += 5.0  # absurdly slow: the wait is capped at max_interval_s
+
+    b = WindowBatcher(publish, max_pending=3, budget=0.05, max_interval_s=10.0, clock=clock)
+    b.add(1)
+    b.flush()
+    clock.now += 10.0
+    b.add(2)
+    assert b.flush()  # 10 s, not 100 s
+    for i in (3, 4, 5):
+        b.add(i)  # the third pending window forces a flush (bounded memory)
+    assert batches[-1] == [3, 4, 5] and not b.pending
