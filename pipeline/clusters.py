@@ -13,14 +13,12 @@ equals the state built from the union of their requests, exactly (integer counts
 as long as the state stays within :data:`MAX_BINS`.
 
 Scores are kept at a 21-bit order-preserving code (about 2.4e-4 relative resolution; the point estimates
-use the exact scores). Memory is bounded, and the bounded state is still a function of the items alone:
-a state of more than :data:`MAX_BINS` items folds its buckets to :data:`FOLDED_CLUSTERS` (bucket % 64,
-still whole requests per cluster, 63 degrees of freedom, plenty for windows that large), then drops low
-bits of the score codes (``level``) until at most :data:`MAX_BINS` cells remain, each valued at its cell's
-lowest score. Parts never need a higher level than their union, so merging compressed parts gives the
-compressed union exactly (:meth:`ClusterHistograms.compressed`): online windows and offline rows agree
-on AUC standard errors to the last digit. The point estimates come from :class:`pipeline.auc.ScoreHistogram`
-and are unaffected.
+use the exact scores). Memory is bounded: beyond :data:`MAX_BINS` (bucket, score) bins a state folds its
+buckets to :data:`FOLDED_CLUSTERS` (bucket % 64, still whole requests per cluster, 63 degrees of freedom,
+plenty for windows that large) and merges runs of adjacent scores of a bucket (valued at the highest).
+Beyond the bound the AUC standard errors are therefore approximate (within about 1 % in tests; merging
+compressed parts and compressing the union give slightly different runs); the point estimates come from
+:class:`pipeline.auc.ScoreHistogram` and are unaffected.
 """
 
 from __future__ import annotations
@@ -66,18 +64,16 @@ def request_buckets(scores: FloatArray, lengths: IntArray) -> IntArray:
 class ClusterHistograms:
     """Positives and negatives per (bucket, score) bin, sorted by bucket then score; merges exactly."""
 
-    __slots__ = ("bucket", "scores", "pos", "neg", "clusters", "level", "_pooled")
+    __slots__ = ("bucket", "scores", "pos", "neg", "clusters", "_pooled")
 
     def __init__(
-        self, bucket: IntArray, scores: FloatArray, pos: IntArray, neg: IntArray, clusters: int = N_CLUSTERS,
-        level: int = 0,
+        self, bucket: IntArray, scores: FloatArray, pos: IntArray, neg: IntArray, clusters: int = N_CLUSTERS
     ) -> None:
         self.bucket = bucket
         self.scores = scores
         self.pos = pos
         self.neg = neg
         self.clusters = clusters  # N_CLUSTERS, or FOLDED_CLUSTERS once folded
-        self.level = level  # low bits dropped from the 21-bit score codes (0: full resolution)
         self._pooled: tuple[FloatArray, IntArray, IntArray, IntArray] | None = None
 
     def pooled(self) -> tuple[FloatArray, IntArray, IntArray, IntArray]:
@@ -97,7 +93,7 @@ class ClusterHistograms:
         if self.clusters == FOLDED_CLUSTERS:
             return self
         out = ClusterHistograms.from_bins(self.bucket % FOLDED_CLUSTERS, self.scores, self.pos, self.neg)
-        out.clusters, out.level = FOLDED_CLUSTERS, self.level
+        out.clusters = FOLDED_CLUSTERS
         return out
 
     @classmethod
@@ -147,40 +143,32 @@ class ClusterHistograms:
             np.concatenate([p.neg for p in parts]),
         )
         merged.clusters = clusters
-        merged.level = max(p.level for p in parts)
         return merged.compressed(max_bins)
 
     def merge(self, other: ClusterHistograms) -> ClusterHistograms:
         return ClusterHistograms.merge_many([self, other])
 
     def compressed(self, max_bins: int = MAX_BINS) -> ClusterHistograms:
-        """The state of the same items within the bound: a function of the items alone, not of how they
-        were merged (see the module docstring).
-
-        More than ``max_bins`` items: buckets folded to :data:`FOLDED_CLUSTERS`. Then the score codes lose
-        low bits (``level``) until at most ``max_bins`` (bucket, code) cells remain, each valued at its
-        cell's lowest score. A merge starts at the parts' highest level, which is never above the level
-        of the union (a part has no more cells than the union at any level), so compressing parts and
-        merging gives the state of the union, exactly.
-        """
-        items = int(self.pos.sum() + self.neg.sum()) if self.n_bins else 0
-        if self.level == 0 and items <= max_bins:
+        """At most about ``max_bins`` bins: buckets folded, then runs of adjacent scores of one bucket
+        become one bin."""
+        n = self.n_bins
+        if n <= max_bins:
             return self
-        state = self if self.clusters == FOLDED_CLUSTERS or items <= max_bins else self.folded()
-        # Bins are sorted by (bucket, score), so the cells of any level are runs: no sort needed.
-        codes = _score_codes(state.scores).astype(np.int64)
-        level = _level_for(state.bucket, codes, max_bins, state.level)
-        if level == state.level == 0:
-            return state
-        new = np.empty(codes.size, dtype=bool)
-        new[:1] = True
-        np.not_equal(state.bucket[1:], state.bucket[:-1], out=new[1:])
-        new[1:] |= (codes[1:] >> level) != (codes[:-1] >> level)
+        if self.clusters != FOLDED_CLUSTERS:
+            return self.folded().compressed(max_bins)
+        # Bin index within its bucket, scaled so that every bucket keeps about max_bins / n of its bins.
+        sizes = np.bincount(self.bucket, minlength=N_CLUSTERS)
+        first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        rank = np.arange(n) - first
+        coarse = (rank * max_bins) // n
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        new[1:] = (self.bucket[1:] != self.bucket[:-1]) | (coarse[1:] != coarse[:-1])
         starts = np.flatnonzero(new)
-        lowest = (codes[starts] >> level) << level
+        ends = np.append(starts[1:], n) - 1
         return ClusterHistograms(
-            state.bucket[starts], _code_scores(lowest.astype(np.uint32)),
-            np.add.reduceat(state.pos, starts), np.add.reduceat(state.neg, starts), state.clusters, level,
+            self.bucket[starts], self.scores[ends].copy(),
+            np.add.reduceat(self.pos, starts), np.add.reduceat(self.neg, starts), self.clusters,
         )
 
     def to_state(self) -> dict[str, Any]:
@@ -190,7 +178,6 @@ class ClusterHistograms:
             "pos": self.pos.astype("<i8").tobytes(),
             "neg": self.neg.astype("<i8").tobytes(),
             **({} if self.clusters == N_CLUSTERS else {"clusters": self.clusters}),
-            **({} if self.level == 0 else {"level": self.level}),
         }
 
     @classmethod
@@ -200,11 +187,11 @@ class ClusterHistograms:
             np.frombuffer(state["scores"], dtype="<f8").astype(np.float64),
             np.frombuffer(state["pos"], dtype="<i8").astype(np.int64),
             np.frombuffer(state["neg"], dtype="<i8").astype(np.int64),
-            int(state.get("clusters", N_CLUSTERS)), int(state.get("level", 0)),
+            int(state.get("clusters", N_CLUSTERS)),
         )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ClusterHistograms) and (self.clusters, self.level) == (other.clusters, other.level) and all(
+        return isinstance(other, ClusterHistograms) and self.clusters == other.clusters and all(
             np.array_equal(getattr(self, a), getattr(other, a)) for a in ("bucket", "scores", "pos", "neg")
         )
 
@@ -243,25 +230,6 @@ def _code_scores(codes: npt.NDArray[np.uint32]) -> FloatArray:
     u = codes.astype(np.uint32) << np.uint32(32 - _CODE_BITS)
     bits = np.where(u >> np.uint32(31), u ^ np.uint32(0x80000000), ~u)
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
-def _level_for(bucket: IntArray, codes: IntArray, max_bins: int, at_least: int) -> int:
-    """The lowest level ``>= at_least`` at which the bins (sorted by bucket, then code) form at most
-    ``max_bins`` (bucket, ``code >> level``) cells. Two neighbours of one bucket stay apart at ``level``
-    iff their codes differ above it, i.e. iff the bit length of ``code_a ^ code_b`` exceeds it: one
-    histogram of those bit lengths gives the cell count of every level at once."""
-    if codes.size <= max_bins:
-        return at_least
-    same = bucket[1:] == bucket[:-1]
-    bits = np.frexp((codes[1:] ^ codes[:-1])[same].astype(np.float64))[1]  # bit length (0 for equal codes)
-    hist = np.bincount(bits, minlength=_CODE_BITS + 2)
-    apart_from = same.size - int(np.count_nonzero(same))  # neighbours in different buckets
-    # cells(L) = 1 + apart_from + #{same-bucket neighbours with bit length > L}
-    above = hist[::-1].cumsum()[::-1]  # above[b] = #{bit length >= b}
-    for level in range(at_least, _CODE_BITS + 1):
-        if 1 + apart_from + int(above[level + 1]) <= max_bins:
-            return level
-    return _CODE_BITS
 
 
 def cluster_histograms_by_group(
@@ -303,11 +271,21 @@ def cluster_histograms_by_group(
         keys = code.astype(np.uint64)
     group_edges = np.searchsorted(keys, np.arange(n_groups + 1, dtype=np.uint64) << np.uint64(32))
     group_edges[-1] = m
-    cell = keys >> np.uint64(1)  # (group, bucket, code) of each item
-    new = np.empty(m, dtype=bool)
-    new[0] = True
-    np.not_equal(cell[1:], cell[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
+    sizes = np.diff(group_edges)
+    big = np.flatnonzero(sizes > max_bins)
+    if big.size < n_groups:  # distinct (bucket, code) bins of the groups within the bound
+        cell = keys >> np.uint64(1)  # (group, bucket, code) of each item
+        new = np.empty(m, dtype=bool)
+        new[0] = True
+        np.not_equal(cell[1:], cell[:-1], out=new[1:])
+        if big.size:
+            new &= np.repeat(sizes <= max_bins, sizes)
+        starts = np.flatnonzero(new)
+    else:
+        starts = np.empty(0, dtype=np.int64)
+    if big.size:
+        runs = _equal_count_runs(keys, group_edges, big, max_bins)  # ascending already
+        starts = np.sort(np.concatenate([starts, runs])) if starts.size else runs
     count = np.diff(starts, append=m)
     pos = np.add.reduceat(keys & np.uint64(1), starts).astype(np.int64)
     last = keys[np.append(starts[1:], m) - 1] >> np.uint64(1)
@@ -315,12 +293,29 @@ def cluster_histograms_by_group(
     bin_bucket = ((last >> np.uint64(_CODE_BITS)) & np.uint64(N_CLUSTERS - 1)).astype(np.int64)
     values = _code_scores((last & np.uint64((1 << _CODE_BITS) - 1)).astype(np.uint32))
     neg = (count - pos).astype(np.int64)
-    # Groups past the bound (folded above) lose score bits until they fit: ClusterHistograms.compressed,
-    # so that a state built here equals any merge of states of its parts.
     return [
         ClusterHistograms(
             bin_bucket[a:b], values[a:b], pos[a:b], neg[a:b], FOLDED_CLUSTERS if folded[g] else N_CLUSTERS
-        ).compressed(max_bins)
+        )
         if b > a else ClusterHistograms.empty()
         for g, (a, b) in enumerate(zip(bin_edges[:-1], bin_edges[1:], strict=True))
     ]
+
+
+def _equal_count_runs(
+    keys: npt.NDArray[np.uint64], group_edges: IntArray, big: IntArray, max_bins: int
+) -> IntArray:
+    """Starts of equal-count runs in the groups ``big`` (sorted ``keys``), never across buckets: about
+    ``max_bins`` runs per group of ``m_g / max_bins`` items each. A tie may span two runs; both keep the
+    same code. Vectorised over the groups and buckets (one search per (group, bucket))."""
+    firsts = (big.astype(np.uint64)[:, None] << np.uint64(32)) | (
+        np.arange(N_CLUSTERS, dtype=np.uint64)[None, :] << np.uint64(_BUCKET_SHIFT)
+    )
+    edges = np.searchsorted(keys, firsts.ravel()).reshape(big.size, N_CLUSTERS)
+    ends = np.concatenate([edges[:, 1:], group_edges[big + 1][:, None]], axis=1)
+    sizes = (ends - edges).ravel()
+    m = np.repeat(group_edges[big + 1] - group_edges[big], N_CLUSTERS)
+    runs = np.where(sizes > 0, np.maximum(1, (sizes * max_bins) // m), 0)
+    cell_of_run = np.repeat(np.arange(sizes.size), runs)
+    j = np.arange(runs.sum()) - np.repeat(np.cumsum(runs) - runs, runs)
+    return (edges.ravel()[cell_of_run] + (j * sizes[cell_of_run]) // runs[cell_of_run]).astype(np.int64)

@@ -55,11 +55,13 @@ def assert_documents_equal(got: dict[str, Any], want: dict[str, Any], *, context
         for key, value in b.items():
             other = a.get(key)
             if key == "stderr" and isinstance(value, dict):
-                # SEs: floats up to summation order; bounded cluster states do not depend on the merge
-                # order (docs/metrics.md 4a), so AUC SEs agree too.
+                # SEs: floats up to summation order. AUC SEs of states past the cluster bound (16,384
+                # items) depend on the merge order (docs/metrics.md 4a): up to 5.6 % apart on the
+                # `rankwatch simulate --fast` backlog; within the bound they are exact.
                 assert isinstance(other, dict) and set(other) == set(value), f"{context} {where} stderr keys"
+                big = int(b.get("items") or 0) > 16_384
                 for name, se in value.items():
-                    tol = 1e-9
+                    tol = 8e-2 if big and name.startswith("auc") else 1e-9
                     got_se = other[name]
                     assert (se is None and got_se is None) or (
                         se is not None and got_se is not None and math.isclose(got_se, se, rel_tol=tol, abs_tol=1e-12)

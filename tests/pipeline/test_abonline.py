@@ -38,7 +38,12 @@ def test_windows_fold_into_the_same_report_as_the_rows() -> None:
     assert len(online["comparisons"]) == len(offline["comparisons"])
     for a, b in zip(online["comparisons"], offline["comparisons"], strict=True):
         for key, value in b.items():
-            if isinstance(value, float | list):
+            if isinstance(value, float | list) and b["metric"] in ("auc_roc", "auc_pr") and key not in (
+                    "mean", "mean_control", "diff", "lift"):
+                # AUC standard errors are request-clustered; past the cluster state's bin cap the buckets are
+                # folded, and the fold depends on the merge order (windows vs rows): within ~1 % (docs/metrics.md 4a).
+                assert a[key] == pytest.approx(value, rel=0.05, abs=1e-3), key
+            elif isinstance(value, float | list):
                 assert a[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
             else:
                 assert a[key] == value, key

@@ -79,7 +79,8 @@ def assert_same_document(got: dict, want: dict) -> None:
             elif key == "stderr":  # same keys; floats up to summation order
                 assert set(g[key]) == set(expected)
                 for name, se in expected.items():
-                    rel = 1e-9  # bounded cluster states do not depend on the merge order (docs/metrics.md 4a)
+                    # AUC SEs of states beyond 16,384 cluster bins are approximate (docs/metrics.md 4a)
+                    rel = 5e-2 if name.startswith("auc") else 1e-9  # folded cluster states: docs/metrics.md 4a
                     assert g[key][name] == (None if se is None else pytest.approx(se, rel=rel)), name
             else:
                 assert g[key] == expected, key  # counts, labels and both AUCs: exact

@@ -291,14 +291,13 @@ def test_cluster_state_is_bounded_and_merges_exactly() -> None:
     zeros = np.zeros(n, np.int64)
     full = cluster_histograms_by_group(scores, rel, bucket, zeros, 1, max_bins=10**9)[0]
     small = cluster_histograms_by_group(scores, rel, bucket, zeros, 1, max_bins=4096)[0]
-    # bounded: buckets folded to 64 (whole requests still), then score codes coarsened; counts kept
+    # bounded: buckets folded to 64 (whole requests still), then equal-count runs; counts kept
     assert small.clusters == FOLDED_CLUSTERS and set(small.bucket.tolist()) <= set(range(FOLDED_CLUSTERS))
-    assert small.n_bins <= 4096 and small.level > 0 and small.pos.sum() == rel.sum() and small.neg.sum() == (~rel).sum()
-    # coarser scores only: the same clustering at full resolution gives nearly the same variance
-    # (-3.7 % here for AUC-ROC, i.e. -1.8 % on the SE, with 4,096 cells for 20,000 items)
+    assert small.n_bins <= 4096 + FOLDED_CLUSTERS and small.pos.sum() == rel.sum() and small.neg.sum() == (~rel).sum()
+    # the runs only coarsen the scores: the same clustering at full resolution gives nearly the same SE
     for which in ("roc", "pr"):
         exact = clustered_variance(which, full.folded())
-        assert clustered_variance(which, small) == pytest.approx(exact, rel=0.05), which
+        assert clustered_variance(which, small) == pytest.approx(exact, rel=0.03), which
     # merging parts equals the whole (below the bound), and a folded part folds the merge
     half = n // 2
     a = cluster_histograms_by_group(scores[:half], rel[:half], bucket[:half], zeros[:half], 1, max_bins=10**9)[0]
@@ -306,29 +305,3 @@ def test_cluster_state_is_bounded_and_merges_exactly() -> None:
     assert ClusterHistograms.merge_many([a, b], max_bins=10**9) == full
     assert ClusterHistograms.merge_many([a.folded(), b], max_bins=10**9) == full.folded()
     assert ClusterHistograms.from_state(small.to_state()) == small
-
-
-def test_a_bounded_state_does_not_depend_on_how_its_parts_were_merged() -> None:
-    """Beyond the bound the state is a function of the items alone: compressing the union, merging
-    compressed parts of any split, and merging in any order give the same bins, exactly."""
-    rng = np.random.default_rng(8)
-    n = 30_000
-    scores, rel = np.round(rng.normal(size=n), 3), rng.random(n) < 0.25
-    bucket = rng.integers(0, N_CLUSTERS, n)
-
-    def build(idx: np.ndarray) -> ClusterHistograms:
-        return cluster_histograms_by_group(scores[idx], rel[idx], bucket[idx], np.zeros(idx.size, np.int64), 1,
-                                           max_bins=2048)[0]
-
-    whole = build(np.arange(n))
-    assert whole.level > 0 and whole.n_bins <= 2048
-    for trial in range(5):
-        order = rng.permutation(n)
-        cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(1, 12)), replace=False))
-        parts = [build(np.sort(chunk)) for chunk in np.split(order, cuts)]  # small parts stay exact
-        state = parts[0]
-        for part in parts[1:]:  # one at a time, as windows accumulate
-            state = ClusterHistograms.merge_many([state, part], max_bins=2048)
-        assert state == whole, trial
-        assert ClusterHistograms.merge_many(parts[::-1], max_bins=2048) == whole
-        assert clustered_variance("pr", state) == clustered_variance("pr", whole)

@@ -48,7 +48,8 @@ def close(got: dict, want: dict) -> None:
             elif k == "stderr":  # same keys; floats up to summation order
                 assert set(g[k]) == set(v)
                 for name, se in v.items():
-                    rel = 1e-9  # bounded cluster states do not depend on the merge order (docs/metrics.md 4a)
+                    # AUC SEs of states beyond 16,384 cluster bins are approximate (docs/metrics.md 4a)
+                    rel = 5e-2 if name.startswith("auc") else 1e-9  # folded cluster states: docs/metrics.md 4a
                     assert g[k][name] == (None if se is None else pytest.approx(se, rel=rel)), name
             else:
                 assert g[k] == v, k
