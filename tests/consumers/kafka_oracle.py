@@ -52,8 +52,15 @@ def assert_documents_equal(got: dict[str, Any], want: dict[str, Any], *, context
     """Counts equal exactly, metric values to 1e-9 (sums are added in a different order), None == None."""
 
     def check(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
+        capped = int(a.get("gauc_items_dropped") or 0) > 0
         for key, value in b.items():
             other = a.get(key)
+            if capped and key.startswith("gauc"):
+                # Past gauc_max_items (500,000 per window slice) online GAUC covers the kept users only
+                # (docs/metrics.md 12): the 5m windows of the simulate --fast backlog drop ~0.2 % of items.
+                if key == "gauc" and value is not None:
+                    assert other is not None and abs(other - value) < 1e-3, f"{context} {where} gauc: {other} != {value}"
+                continue
             if key == "stderr" and isinstance(value, dict):
                 # SEs: floats up to summation order. AUC SEs of states past the cluster bound (16,384
                 # items) depend on the merge order (docs/metrics.md 4a): up to 5.6 % apart on the
@@ -61,6 +68,8 @@ def assert_documents_equal(got: dict[str, Any], want: dict[str, Any], *, context
                 assert isinstance(other, dict) and set(other) == set(value), f"{context} {where} stderr keys"
                 big = int(b.get("items") or 0) > 16_384
                 for name, se in value.items():
+                    if capped and name == "gauc":
+                        continue  # GAUC of the kept users only (above)
                     tol = 8e-2 if big and name.startswith("auc") else 1e-9
                     got_se = other[name]
                     assert (se is None and got_se is None) or (
