@@ -100,7 +100,6 @@ def mean_stderr(n: int, total: float, m2: float) -> float | None:
     return math.sqrt(max(m2, 0.0) / (n - 1) / n)
 
 
-# -- influence functions of the pooled AUCs -------------------------------------------------------------
 def ratio_variance(n: int, sum_y: float, sum_n: float, sum_yy: float, sum_nn: float, sum_yn: float) -> float | None:
     r"""Delta-method variance of :math:`r = \sum_u Y_u / \sum_u N_u` over ``n`` independent units.
 
@@ -118,6 +117,7 @@ def ratio_variance(n: int, sum_y: float, sum_n: float, sum_yy: float, sum_nn: fl
     return max(s_yy - 2.0 * r * s_yn + r * r * s_nn, 0.0) / (mean_n * mean_n) / n
 
 
+# -- influence functions of the pooled AUCs -------------------------------------------------------------
 def _auc_roc_influence(pos: IntArray, neg: IntArray) -> tuple[float, FloatArray, FloatArray]:
     p, n = float(pos.sum()), float(neg.sum())
     v10 = (np.cumsum(neg) - neg + 0.5 * neg) / n
@@ -136,28 +136,6 @@ def _auc_pr_influence(pos: IntArray, neg: IntArray) -> tuple[float, FloatArray, 
     a = np.cumsum(pos * fp / sq) / p
     b = np.cumsum(pos * tp / sq) / p
     return ap, (prec - ap) / p + a, -b
-
-
-def _variance(
-    influence: tuple[float, FloatArray, FloatArray], hist_scores: FloatArray, clusters: ClusterHistograms | None,
-    pos: IntArray, neg: IntArray,
-) -> float | None:
-    _, psi_pos, psi_neg = influence
-    if clusters is None:
-        n = float(pos.sum() + neg.sum())
-        return float(np.dot(pos, psi_pos**2) + np.dot(neg, psi_neg**2)) * n / (n - 1)
-    at = clusters.pooled()[1] if hist_scores is clusters.pooled()[0] else np.searchsorted(hist_scores, clusters.scores)
-    per_bin = clusters.pos * psi_pos[at] + clusters.neg * psi_neg[at]
-    per_bucket = np.bincount(clusters.bucket, weights=per_bin)
-    k = int(np.count_nonzero(np.bincount(clusters.bucket, weights=clusters.pos + clusters.neg)))
-    if k < 2:
-        return None
-    return float(np.dot(per_bucket, per_bucket)) * k / (k - 1)
-
-
-def _pooled_grid(clusters: ClusterHistograms) -> tuple[FloatArray, IntArray, IntArray]:
-    grid, _inverse, pos, neg = clusters.pooled()
-    return grid, pos, neg
 
 
 def delong_variance(hist: ScoreHistogram) -> float | None:
@@ -179,16 +157,23 @@ def _item_variance(which: str, hist: ScoreHistogram) -> float | None:
         return None
     if which == "roc":
         return delong_variance(hist)
-    return _variance(_auc_pr_influence(pos, neg), hist.scores, None, pos, neg)
+    _, psi_pos, psi_neg = _auc_pr_influence(pos, neg)
+    n = float(pos.sum() + neg.sum())
+    return float(np.dot(pos, psi_pos**2) + np.dot(neg, psi_neg**2)) * n / (n - 1)
 
 
 def clustered_variance(which: str, clusters: ClusterHistograms) -> float | None:
     """Request-clustered variance (``which`` = ``"roc"`` or ``"pr"``) over the cluster state's own grid."""
-    grid, pos, neg = _pooled_grid(clusters)
+    _grid, at, pos, neg = clusters.pooled()  # ``at``: each bin's distinct score
     if int(pos.sum()) < 2 or int(neg.sum()) < 2:
         return None
-    influence = _auc_roc_influence(pos, neg) if which == "roc" else _auc_pr_influence(pos, neg)
-    return _variance(influence, grid, clusters, pos, neg)
+    _, psi_pos, psi_neg = _auc_roc_influence(pos, neg) if which == "roc" else _auc_pr_influence(pos, neg)
+    per_bin = clusters.pos * psi_pos[at] + clusters.neg * psi_neg[at]
+    per_bucket = np.bincount(clusters.bucket, weights=per_bin)
+    k = int(np.count_nonzero(np.bincount(clusters.bucket, weights=clusters.pos + clusters.neg)))
+    if k < 2:
+        return None
+    return float(np.dot(per_bucket, per_bucket)) * k / (k - 1)
 
 
 def _clustered(which: str, hist: ScoreHistogram, clusters: ClusterHistograms | None) -> float | None:
