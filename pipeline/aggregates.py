@@ -344,8 +344,8 @@ def _add_gauc(
     counts = request_group_auc(pair, metrics.lengths, metrics.n_relevant, n_pairs, image)
     weighted, weight, groups, excluded, moments = weighted_moments(counts, slice_of_pair, n_groups, options.gauc_weight)
     for gi, agg in enumerate(out):
-        agg.gauc = GaucSums(float(weighted[gi]), float(weight[gi]), int(groups[gi]), int(excluded[gi]))
-        agg.gauc.moments = [float(x) for x in moments[gi]]
+        m0, m1, m2 = (float(x) for x in moments[gi])
+        agg.gauc = GaucSums(float(weighted[gi]), float(weight[gi]), int(groups[gi]), int(excluded[gi]), moments=(m0, m1, m2))
 
 
 def aggregate_lists(

@@ -304,12 +304,13 @@ class GaucSums:
         open_keys: IntArray | None = None,
         open_scores: FloatArray | None = None,
         open_relevant: BoolArray | None = None,
+        moments: tuple[float, float, float] | None = (0.0, 0.0, 0.0),
     ) -> None:
         self.weighted, self.weight, self.groups, self.excluded = weighted, weight, groups, excluded
         self.available, self.dropped = available, dropped
         # sum (w_g AUC_g)^2, sum w_g^2, sum w_g^2 AUC_g over the closed groups (the GAUC standard error);
         # None for states written before the moments were kept.
-        self.moments: list[float] | None = [0.0, 0.0, 0.0]
+        self.moments = moments
         self._chunks: list[tuple[IntArray, FloatArray, BoolArray]] = []
         self._n_open = 0
         if open_keys is not None and open_keys.size:
@@ -336,10 +337,7 @@ class GaucSums:
         self.excluded += other.excluded
         self.available = self.available and other.available
         self.dropped += other.dropped
-        if self.moments is None or other.moments is None:
-            self.moments = None
-        else:
-            self.moments = [a + b for a, b in zip(self.moments, other.moments, strict=True)]
+        self.moments = _add_moments(self.moments, other.moments)
         room = max(max_open_items - self._n_open, 0)
         for keys, scores, rel in other._chunks:
             take = min(room, keys.size)
@@ -353,7 +351,7 @@ class GaucSums:
         """``(weighted, weight, groups, excluded)`` including the open groups."""
         return self._closed(weight_kind)[:4]  # type: ignore[return-value]
 
-    def _closed(self, weight_kind: str) -> tuple[float, float, int, int, list[float] | None]:
+    def _closed(self, weight_kind: str) -> tuple[float, float, int, int, tuple[float, float, float] | None]:
         """The sums and moments with the open groups closed (not stored: they may still grow)."""
         if self._n_open == 0:
             return self.weighted, self.weight, self.groups, self.excluded, self.moments
@@ -361,9 +359,8 @@ class GaucSums:
         codes, dense = np.unique(keys, return_inverse=True)
         counts = group_auc(dense.reshape(-1), scores, rel, codes.size)
         w, s, g, e, m = weighted_moments(counts, np.zeros(codes.size, np.int64), 1, weight_kind)
-        moments = None if self.moments is None else [a + float(b) for a, b in zip(self.moments, m[0], strict=True)]
         return (self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]),
-                self.excluded + int(e[0]), moments)  # fmt: skip
+                self.excluded + int(e[0]), _add_moments(self.moments, _moments_of(m[0])))  # fmt: skip
 
     def value(self, weight_kind: str) -> tuple[float | None, int | None, int | None]:
         """``(gauc, groups, excluded)``; GAUC is None without a two-class group or without a group key."""
@@ -401,15 +398,14 @@ class GaucSums:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> GaucSums:
         w, s, g, e, a, d = state["sums"]
-        out = cls(
+        moments = state.get("moments")
+        return cls(
             float(w), float(s), int(g), int(e), bool(a), int(d),
             np.frombuffer(state["keys"], dtype="<i8").astype(np.int64),
             np.frombuffer(state["scores"], dtype="<f8").astype(np.float64),
             np.frombuffer(state["relevant"], dtype="u1").astype(bool),
+            None if moments is None else _moments_of(moments),
         )  # fmt: skip
-        moments = state.get("moments")
-        out.moments = None if moments is None else [float(x) for x in moments]
-        return out
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GaucSums) and self.to_state() == other.to_state()
@@ -431,5 +427,17 @@ def weighted_moments(
     groups = np.bincount(sl, minlength=n_slices).astype(np.int64)
     excluded = np.bincount(slice_of_group[present & ~mixed], minlength=n_slices).astype(np.int64)
     moments = np.stack([np.bincount(sl, weights=x, minlength=n_slices) for x in (wa * wa, wm * wm, wa * wm)],
-                       axis=1).astype(np.float64) if n_slices else np.zeros((0, 3))  # fmt: skip
+                       axis=1).astype(np.float64)  # fmt: skip
     return weighted, weight, groups, excluded, moments
+
+
+def _moments_of(values: Any) -> tuple[float, float, float]:
+    a, b, c = (float(x) for x in values)
+    return a, b, c
+
+
+def _add_moments(
+    a: tuple[float, float, float] | None, b: tuple[float, float, float] | None
+) -> tuple[float, float, float] | None:
+    """Moments of two disjoint sets of groups; unknown (None) if either is."""
+    return None if a is None or b is None else (a[0] + b[0], a[1] + b[1], a[2] + b[2])
