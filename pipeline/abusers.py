@@ -27,6 +27,7 @@ Exact over a fleet when each user's events reach one partition pair (producers k
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,22 +110,21 @@ class UserUnitAccumulator:
         self._combo_cells: dict[tuple[tuple[str, str], ...], tuple[int, SliceKey]] = {}
 
     # -- folding ---------------------------------------------------------------------------------------
-    def add(self, metrics: PerRequestMetrics, combo_keys: list[SliceKey], users: IntArray, ts_ms: IntArray) -> None:
-        """Fold one batch of finalized requests: ``combo_keys[j]`` is request ``j``'s full slice key (with
-        the arm label), ``users[j]`` its user key, ``ts_ms[j]`` its time."""
+    def add(self, metrics: PerRequestMetrics, combo: IntArray, combo_keys: Sequence[SliceKey], users: IntArray,
+            ts_ms: IntArray) -> None:  # fmt: skip
+        """Fold one batch of finalized requests: request ``j`` has the full slice key (with the arm label)
+        ``combo_keys[combo[j]]``, the user key ``users[j]`` and the time ``ts_ms[j]``."""
         n = metrics.n_requests
         if n == 0:
             return
-        arm = np.empty(n, dtype=np.int64)
-        rest_keys: list[SliceKey] = []
-        rest_index: dict[SliceKey, int] = {}
-        rest = np.empty(n, dtype=np.int64)
-        for j, key in enumerate(combo_keys):
-            a, r = self._cell_of(key)
-            arm[j] = a
-            rest[j] = rest_index.setdefault(r, len(rest_index))
-            if rest[j] == len(rest_keys):
-                rest_keys.append(r)
+        # Arm and slice (without the arm label) once per distinct combo, not once per request.
+        combos, inverse = np.unique(np.asarray(combo, dtype=np.int64), return_inverse=True)
+        cells = [self._cell_of(combo_keys[c]) for c in combos.tolist()]
+        rest_keys = list(dict.fromkeys(r for _a, r in cells))
+        rest_index = {r: i for i, r in enumerate(rest_keys)}
+        inverse = inverse.reshape(-1)
+        arm = np.array([a for a, _r in cells], dtype=np.int64)[inverse]
+        rest = np.array([rest_index[r] for _a, r in cells], dtype=np.int64)[inverse]
         in_arms = arm >= 0
         early = np.zeros(n, dtype=bool) if self._start_ms is None else ts_ms < self._start_ms
         self.other_arm_requests += int(np.count_nonzero(~in_arms))
@@ -134,7 +134,8 @@ class UserUnitAccumulator:
             return
         codes = self._codes(np.asarray(users, dtype=np.int64)[keep])
         k_arm, k_rest = arm[keep], rest[keep]
-        for c, a in zip(codes.tolist(), k_arm.tolist(), strict=True):
+        for pair in np.unique(codes * len(self.spec.arms) + k_arm).tolist():  # once per (user, arm)
+            c, a = divmod(pair, len(self.spec.arms))
             self.user_arms[c] = self.user_arms.get(c, 0) | (1 << a)
         # Per-request values and counts under the no-relevant policy (as pipeline.abdata).
         has_rel = metrics.n_relevant[keep] > 0

@@ -39,6 +39,7 @@ from rankwatch.pipeline.slicing import LabelCapper, SliceKey, SliceSpec
 from rankwatch.pipeline.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.staging import ListStaging
 from rankwatch.pipeline.stream_batch import process_batch
+from rankwatch.pipeline.stream_experiments import StreamExperiments
 from rankwatch.pipeline.validation import (
     DEFAULT_ACTION_GRADES,
     Rejection,
@@ -182,9 +183,8 @@ class StreamProcessor:
         self._evicted = 0
         self._finalized_count = 0
         self._detached = 0
-        self._experiments = _experiment_accumulators(cfg)
-        self._user_experiments = _user_accumulators(cfg)
-        self._anonymous = -1  # user keys of requests without one (see _fold_users)
+        self._experiments = StreamExperiments(cfg.experiments, cfg.metric_options, slice_by=cfg.slice_spec.by,
+                                              smallest_window=min(cfg.windows, key=parse_duration_ms))
 
     # -- public API ------------------------------------------------------------------------------------
     def process_impression(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
@@ -291,7 +291,7 @@ class StreamProcessor:
         self._clk["orphan"] += self._early.expire(2**62)
         for staged in self._staging.complete(None):
             self._aggregate(staged)
-        return self._experiment_windows(self._windows.close(None, self._combo_keys, self.partitions))
+        return self._experiments.windows(self._windows.close(None, self._combo_keys, self.partitions))
 
     def stats(self) -> StreamStats:
         return StreamStats(
@@ -309,23 +309,14 @@ class StreamProcessor:
             windows_published=dict(self._windows.published),
             dedupe_ids=len(self._seen),
             dedupe_forgotten_at_capacity=self._seen.forgotten_at_capacity,
-            experiments={acc.spec.name: acc.sums() for acc in (*self._experiments, *self._user_experiments)},
+            experiments=self._experiments.sums(),
         )
 
     def experiment_data(self, name: str) -> Any:
         """The :class:`pipeline.abdata.ExperimentData` of experiment ``name`` as this processor holds it."""
-        for acc in (*self._experiments, *self._user_experiments):
-            if acc.spec.name == name:
-                return acc.data()
-        raise KeyError(name)
+        return self._experiments.data(name)
 
     # -- internals -------------------------------------------------------------------------------------
-    def _experiment_windows(self, windows: list[PublishedWindow]) -> list[PublishedWindow]:
-        for acc in self._experiments:
-            for pw in windows:
-                acc.add(pw)
-        return windows
-
     def _reject(self, stream: str, raw: bytes, rejection: Rejection, source: SourceRef | None) -> None:
         (self._imp if stream == "impressions" else self._clk)["rejected"] += 1
         key = (stream, str(rejection.reason))
@@ -393,7 +384,7 @@ class StreamProcessor:
         windows = self._windows
         if not windows.open or horizon < min(start + windows.sizes_ms[i] for i, start in windows.open):
             return []  # no open window ends by the horizon: close would publish nothing
-        return self._experiment_windows(windows.close(horizon, self._combo_keys, self.partitions))
+        return self._experiments.windows(windows.close(horizon, self._combo_keys, self.partitions))
 
     def _evict(self) -> list[PublishedWindow]:
         """At the pending cap: finalize the earliest bucket now (counted as evicted)."""
@@ -439,24 +430,13 @@ class StreamProcessor:
             metrics, batch.labels, batch.scores, inverse.reshape(-1), len(uniq), options,
             gauc_keys=batch.users, gauc_open=True,  # issue 13: a user's requests span batches
         )
-        if self._user_experiments:
-            self._fold_users(batch, metrics)
+        self._experiments.fold(batch, metrics, self._combo_keys)
         # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
         # of float additions into the overall accumulators must not.
         keys_of = self._combo_keys
         for row, part in sorted(zip(uniq.tolist(), parts, strict=True), key=lambda rp: (rp[0][:-1], keys_of[rp[0][-1]])):
             for i in range(len(sizes)):
                 self._windows.add(i, row[i], row[-1], part)
-
-    def _fold_users(self, batch: FinalizedBatch, metrics: Any) -> None:
-        """Per-user sums of the ``unit = "user"`` experiments (pipeline/abusers.py)."""
-        keys = [self._combo_keys[c] for c in batch.combo.tolist()]
-        users = batch.users
-        if users is None:  # staged before users were carried (an old snapshot): each request its own unit
-            users = np.arange(self._anonymous, self._anonymous - batch.n_requests, -1, dtype=np.int64)
-            self._anonymous -= batch.n_requests
-        for acc in self._user_experiments:
-            acc.add(metrics, keys, users, batch.ts_ms)
 
     # -- snapshot --------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
@@ -478,7 +458,7 @@ class StreamProcessor:
             "clk": self._clk,
             "rejects": [[s, r, n] for (s, r), n in self._rejects.items()],
             "counters": [self._evicted, self._finalized_count, self._detached],
-            "experiments": {acc.spec.name: acc.to_state() for acc in (*self._experiments, *self._user_experiments)},
+            "experiments": self._experiments.to_state(),
         }
         return encode_snapshot(self.config.fingerprint(), state)
 
@@ -514,34 +494,8 @@ class StreamProcessor:
         out._clk.update(state["clk"])
         out._rejects = {(s, r): int(n) for s, r, n in state["rejects"]}
         out._evicted, out._finalized_count, out._detached = (int(x) for x in state["counters"])
-        saved = state.get("experiments", {})
-        for acc in (*out._experiments, *out._user_experiments):  # added or redefined since: starts empty
-            if saved.get(acc.spec.name, {}).get("spec") == acc.spec.to_dict():
-                acc.restore(saved[acc.spec.name])
+        out._experiments.restore(state.get("experiments", {}))
         return out
 
 
-def _experiment_accumulators(cfg: StreamConfig) -> list[Any]:
-    """One accumulator per request-unit experiment whose arm label the windows are sliced by."""
-    if not cfg.experiments:
-        return []
-    from rankwatch.pipeline.abonline import ExperimentAccumulator
-
-    smallest = min(cfg.windows, key=parse_duration_ms)
-    by = cfg.slice_spec.by
-    return [ExperimentAccumulator(spec, cfg.metric_options, slice_by=by, window=smallest, keep_histograms=False)
-            for spec in cfg.experiments if spec.unit == "request" and spec.label in by]  # fmt: skip
-
-
 __all__ = ["StreamConfig", "StreamProcessor", "StreamStats", "RejectReason", "STREAMS", "OUTCOMES"]
-
-
-def _user_accumulators(cfg: StreamConfig) -> list[Any]:
-    """One accumulator per user-unit experiment whose arm label the windows are sliced by."""
-    if not cfg.experiments:
-        return []
-    from rankwatch.pipeline.abusers import UserUnitAccumulator
-
-    by = cfg.slice_spec.by
-    return [UserUnitAccumulator(spec, cfg.metric_options, slice_by=by)
-            for spec in cfg.experiments if spec.unit == "user" and spec.label in by]  # fmt: skip

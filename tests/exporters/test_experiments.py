@@ -153,7 +153,7 @@ def test_pair_state_keeps_sums_only_so_checkpoints_stay_small() -> None:
             (proc.process_impression if e.stream == "impressions" else proc.process_feedback)(e.value)
     for proc in (with_exp, without):
         proc.flush()
-    acc = with_exp._experiments[0]
+    acc = with_exp._experiments.by_window[0]
     assert acc.cells and all(agg.histogram.n_distinct == 0 for agg in acc.cells.values())
     assert len(with_exp.snapshot()) - len(without.snapshot()) < 20_000  # 14 cells x 4 metrics of sums
 
@@ -174,9 +174,9 @@ def test_a_redefined_or_new_experiment_starts_empty_after_restore() -> None:
     proc.flush()
     data = proc.snapshot()
     same = StreamProcessor.restore(data, config=config, clock=ManualClock())
-    assert same._experiments[0].cells == proc._experiments[0].cells and proc._experiments[0].cells
+    assert same._experiments.by_window[0].cells == proc._experiments.by_window[0].cells and proc._experiments.by_window[0].cells
     from dataclasses import replace
 
     redefined = replace(config, experiments=(ExperimentSpec(name="exp", alpha=0.01), ExperimentSpec(name="new")))
     fresh = StreamProcessor.restore(data, config=redefined, clock=ManualClock())
-    assert [a.cells for a in fresh._experiments] == [{}, {}]
+    assert [a.cells for a in fresh._experiments.by_window] == [{}, {}]

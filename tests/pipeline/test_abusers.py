@@ -128,7 +128,9 @@ def test_against_a_naive_per_user_loop_with_ties_empty_lists_and_the_cap() -> No
                 for _ in range(n)]
         users = rng.integers(0, 12, n).astype(np.int64)
         before_codes = dict(acc.codes)
-        acc.add(metrics, keys, users, np.zeros(n, dtype=np.int64))
+        table = list(dict.fromkeys(keys))  # the processor's combo table: request j has table[combo[j]]
+        combo = np.array([table.index(k) for k in keys], dtype=np.int64)
+        acc.add(metrics, combo, table, users, np.zeros(n, dtype=np.int64))
         for j in range(n):
             arm = dict(keys[j])["variant"]
             if arm == "x":
