@@ -101,18 +101,9 @@ class ExperimentCollector(Collector):
 
 
 def _rows(spec: ExperimentSpec, cells: CellSums) -> dict[str, list[Sample]]:
-    out: dict[str, list[Sample]] = {n: [] for n in FAMILIES}
-    start = 0.0 if spec.start is None else spec.start.timestamp()
-    out["rankwatch_experiment_start_timestamp_seconds"].append(
-        Sample("rankwatch_experiment_start_timestamp_seconds", {"experiment": spec.name}, start))
-    for arm, share in spec.shares.items():
-        out["rankwatch_experiment_expected_share"].append(Sample(
-            "rankwatch_experiment_expected_share", {"experiment": spec.name, "arm": arm, "role": _role(spec, arm)},
-            share))  # fmt: skip
+    out = _spec_rows(spec, FAMILIES)
     for (arm, key), (requests, metrics) in sorted(cells.items()):
-        labels: dict[str, Any] = {"experiment": spec.name, "arm": arm, "role": _role(spec, arm)}
-        values = dict(key)
-        labels.update({lbl: values.get(lbl, ALL_VALUE) for lbl in ("segment", "surface")})
+        labels = _cell_labels(spec, arm, key)
         out["rankwatch_experiment_requests"].append(Sample("rankwatch_experiment_requests", labels, float(requests)))
         for metric, (count, total, total_sq) in metrics.items():
             m = {**labels, "metric": metric}
@@ -123,22 +114,39 @@ def _rows(spec: ExperimentSpec, cells: CellSums) -> dict[str, list[Sample]]:
 
 
 def _user_rows(spec: ExperimentSpec, cells: UnitCellSums, users: dict[str, int]) -> dict[str, list[Sample]]:
-    out = _rows(spec, {})
-    out.update({n: [] for n in UNIT_FAMILIES})
+    out = _spec_rows(spec, (*FAMILIES, *UNIT_FAMILIES))
     for arm in spec.arms:
         out["rankwatch_experiment_users"].append(Sample(
             "rankwatch_experiment_users", {"experiment": spec.name, "arm": arm, "role": _role(spec, arm)},
             float(users.get(arm, 0))))  # fmt: skip
     for (arm, key), (requests, _n_users, metrics) in sorted(cells.items()):
-        labels: dict[str, Any] = {"experiment": spec.name, "arm": arm, "role": _role(spec, arm)}
-        values = dict(key)
-        labels.update({lbl: values.get(lbl, ALL_VALUE) for lbl in ("segment", "surface")})
+        labels = _cell_labels(spec, arm, key)
         out["rankwatch_experiment_requests"].append(Sample("rankwatch_experiment_requests", labels, float(requests)))
         for metric, sums in metrics.items():
             m = {**labels, "metric": metric}
             for family, value in zip(UNIT_FAMILIES[:6], sums, strict=True):
                 out[family].append(Sample(family, m, float(value)))
     return out
+
+
+def _spec_rows(spec: ExperimentSpec, families: tuple[str, ...]) -> dict[str, list[Sample]]:
+    """Empty sample lists of ``families``, with the experiment's start and expected shares filled in."""
+    out: dict[str, list[Sample]] = {n: [] for n in families}
+    start = 0.0 if spec.start is None else spec.start.timestamp()
+    out["rankwatch_experiment_start_timestamp_seconds"].append(
+        Sample("rankwatch_experiment_start_timestamp_seconds", {"experiment": spec.name}, start))
+    for arm, share in spec.shares.items():
+        out["rankwatch_experiment_expected_share"].append(Sample(
+            "rankwatch_experiment_expected_share", {"experiment": spec.name, "arm": arm, "role": _role(spec, arm)},
+            share))  # fmt: skip
+    return out
+
+
+def _cell_labels(spec: ExperimentSpec, arm: str, key: Any) -> dict[str, Any]:
+    """Labels of one (arm, slice) cell; ``all`` for a label the slice does not fix."""
+    values = dict(key)
+    return {"experiment": spec.name, "arm": arm, "role": _role(spec, arm),
+            **{lbl: values.get(lbl, ALL_VALUE) for lbl in ("segment", "surface")}}  # fmt: skip
 
 
 def _role(spec: Any, arm: str) -> str:

@@ -353,17 +353,14 @@ def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: fl
             out[key] = out.get(key, 0.0) + value
         return out
 
-    if users:
-        units = [total(f"rankwatch_experiment_{f}") for f in (
-            "units", "unit_sum_of_values", "unit_sum_of_counts", "unit_sum_of_squared_values",
-            "unit_sum_of_squared_counts", "unit_sum_of_products")]  # fmt: skip
-        counts, sums, squares = units[0], units[1], {}
-    else:
-        counts, sums, squares = (total(f"rankwatch_experiment_{f}") for f in ("observations", "sum_of_values",
-                                                                                "sum_of_squares"))  # fmt: skip
+    # Request unit: count, sum, sum of squares; user unit: n, sum Y, sum N, sum Y^2, sum N^2, sum Y N.
+    families = (("units", "unit_sum_of_values", "unit_sum_of_counts", "unit_sum_of_squared_values",
+                 "unit_sum_of_squared_counts", "unit_sum_of_products") if users
+                else ("observations", "sum_of_values", "sum_of_squares"))  # fmt: skip
+    stats = [total(f"rankwatch_experiment_{f}") for f in families]
     requests = total("rankwatch_experiment_requests")
-    metrics = sorted({k[3] for k in counts}, key=lambda m: (m != "mrr", m.split("@")[0], int(m.split("@")[1] or 0)
-                                                             if "@" in m else 0))  # fmt: skip
+    metrics = sorted({k[3] for k in stats[0]}, key=lambda m: (m != "mrr", m.split("@")[0], int(m.split("@")[1] or 0)
+                                                               if "@" in m else 0))  # fmt: skip
     ndcg = tuple(int(m.split("@")[1]) for m in metrics if m.startswith("ndcg@"))
     map_k = tuple(int(m.split("@")[1]) for m in metrics if m.startswith("map@"))
     options = MetricOptions(ndcg_cutoffs=ndcg, map_cutoffs=map_k)
@@ -371,16 +368,15 @@ def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: fl
     for (arm, segment, surface, _m), n in requests.items():
         agg = RankingAggregate(options)
         agg.requests = int(n)
+        key = () if segment == ALL_VALUE and surface == ALL_VALUE else (("segment", segment), ("surface", surface))
+        cell = cells[(arm, key)] = ArmCell(agg)
         for metric in options.rank_metric_names:
             k = (arm, segment, surface, metric)
-            agg.sums[metric] = MetricSum(int(counts.get(k, 0)), sums.get(k, 0.0), squares.get(k, 0.0))
-        key = () if segment == ALL_VALUE and surface == ALL_VALUE else (("segment", segment), ("surface", surface))
-        cells[(arm, key)] = ArmCell(agg)
-        if users:
-            for metric in options.rank_metric_names:
-                k = (arm, segment, surface, metric)
-                if k in units[0]:
-                    cells[(arm, key)].units[metric] = UnitSums(int(units[0][k]), *(u.get(k, 0.0) for u in units[1:]))
+            if users:  # the report reads the per-user sums; the request-level sums stay empty
+                if k in stats[0]:
+                    cell.units[metric] = UnitSums(int(stats[0][k]), *(u.get(k, 0.0) for u in stats[1:]))
+            else:
+                agg.sums[metric] = MetricSum(int(stats[0].get(k, 0)), stats[1].get(k, 0.0), stats[2].get(k, 0.0))
     for arm in spec.arms:
         cells.setdefault((arm, ()), ArmCell(RankingAggregate(options)))
     return ExperimentData(spec=spec, options=options, slice_spec=SliceSpec(by=("segment", "surface")), cells=cells,
