@@ -268,6 +268,17 @@ class LogJoin:
     outside_window: int = 0
     orphans: int = 0
 
+    def accept(self, stream: str, event: Any, seen: set[str]) -> bool:
+        """Count a rejection (``event`` is a Rejection) or a repeated ``event_id``; True for a new event."""
+        if not isinstance(event, Impression | Feedback):
+            self.rejected[f"{stream}/{event.reason}"] = self.rejected.get(f"{stream}/{event.reason}", 0) + 1
+            return False
+        if event.event_id in seen:
+            self.duplicates += 1
+            return False
+        seen.add(event.event_id)
+        return True
+
 
 def rows_from_logs(
     impressions: Iterable[bytes],
@@ -284,13 +295,9 @@ def rows_from_logs(
     requests: dict[str, dict[str, Any]] = {}
     for raw in impressions:
         imp = impression_or_rejection(raw, max_event_bytes, max_items)
-        if not isinstance(imp, Impression):
-            counts.rejected[f"impressions/{imp.reason}"] = counts.rejected.get(f"impressions/{imp.reason}", 0) + 1
+        if not counts.accept("impressions", imp, seen):
             continue
-        if imp.event_id in seen:
-            counts.duplicates += 1
-            continue
-        seen.add(imp.event_id)
+        assert isinstance(imp, Impression)
         req = requests.get(imp.request_id)
         if req is None:
             try:
@@ -306,13 +313,9 @@ def rows_from_logs(
                 req["items"][item] = [pos, score, 0]
     for raw in clicks:
         fb = feedback_or_rejection(raw, action_grades, max_event_bytes)
-        if not isinstance(fb, Feedback):
-            counts.rejected[f"clicks/{fb.reason}"] = counts.rejected.get(f"clicks/{fb.reason}", 0) + 1
+        if not counts.accept("clicks", fb, seen):
             continue
-        if fb.event_id in seen:
-            counts.duplicates += 1
-            continue
-        seen.add(fb.event_id)
+        assert isinstance(fb, Feedback)
         req = requests.get(fb.request_id)
         if req is None:
             counts.orphans += 1
