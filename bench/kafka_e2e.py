@@ -120,20 +120,14 @@ def stream_config(windows: str, attribution: str) -> StreamConfig:
 
 def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: StreamConfig) -> None:
     """One ``rankwatch run`` (service + exporter state) until nothing was fed for ``quiet_s``; prints JSON."""
-    from rankwatch.commands.run import WindowBatcher
+    from rankwatch.commands.exporter_feed import ExporterFeed
     from rankwatch.exporters.state import MetricsState
 
     settings = KafkaSettings(bootstrap_servers=(boot,), impressions_topic=f"{prefix}-imp", clicks_topic=f"{prefix}-clk",
                              group_id=group, checkpoint_topic=f"{prefix}.checkpoints",
                              dead_letter_topic=f"{prefix}.dead-letters", max_poll_records=POLL_RECORDS)
     state = MetricsState.for_stream(stream)
-    batcher = WindowBatcher(state.publish_windows)  # what rankwatch run wires
-
-    def on_health(health: Any) -> None:
-        batcher.flush()
-        if health.merged is not None:
-            state.set_stream_stats(health.merged)
-        state.set_consumer_lag(health.lag)
+    exporter = ExporterFeed(state)  # what rankwatch run wires
 
     from rankwatch.consumers import alignment
 
@@ -146,7 +140,7 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
         return out
 
     alignment.feed_pair = counting_feed  # type: ignore[assignment]
-    service = ConsumerService(settings, stream, on_window=batcher.add, clock=WallClock(), on_health=on_health)
+    service = ConsumerService(settings, stream, on_window=exporter.add, clock=WallClock(), on_health=exporter.health)
     service.start()
     started = time.time()
     gc.freeze()  # as rankwatch run does
@@ -166,9 +160,12 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
             break
         elif last is None and service.ready() and now - started > 30:
             break  # assigned, but the other instance had fed everything already
+        elif not thread.is_alive():
+            raise SystemExit("rankwatch run ended early (its error is above)")
         time.sleep(0.01)
     service.stop()
     thread.join(timeout=60)
+    exporter.close()
     print(json.dumps({"first": first, "last": last, "fed_first": fed_first, "fed": fed, "cpu": cpu_last - cpu_first}))
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from rankwatch.consumers.batch_feed import feed_pair
 from rankwatch.consumers.checkpoints import CheckpointRef
+from rankwatch.consumers.core_process import RemoteProcessor
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream import StreamProcessor
 
@@ -40,7 +41,7 @@ class PartitionPair:
     partition: int
     impressions_tp: Any  # kafka TopicPartition
     clicks_tp: Any
-    processor: StreamProcessor
+    processor: StreamProcessor | RemoteProcessor
     next_offset: dict[Any, int | None]
     checkpoint: CheckpointRef | None = None
     fed_since_checkpoint: int = 0

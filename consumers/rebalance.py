@@ -29,7 +29,6 @@ from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointError, CheckpointRef
 from rankwatch.consumers.fetch_compat import stale_leader_assignment
 from rankwatch.consumers.outage import FatalKafkaError, is_fatal, is_retriable, one_line
-from rankwatch.pipeline.stream import StreamProcessor
 
 log = logging.getLogger("rankwatch.consumers.service")
 
@@ -196,7 +195,7 @@ class Rebalancer(AsyncConsumerRebalanceListener):
             return parked  # our own state, and nobody committed since: no need to read it back
         skew = svc.stream.allowed_disorder_ms // 2
         if ref is None:
-            processor = StreamProcessor(svc.stream, clock=svc.clock, dead_letters=svc._dead, partitions=(p,))
+            processor = svc._cores.new((p,))
             start = {tp: (committed[tp].offset if committed[tp] is not None and committed[tp].offset >= 0 else None)
                      for tp in (imp_tp, clk_tp)}
             return PartitionPair(p, imp_tp, clk_tp, processor, start, max_skew_ms=skew)
@@ -207,8 +206,7 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         if not ok or got is None:
             return None
         checkpoint, orphans = got
-        processor = StreamProcessor.restore(checkpoint.snapshot, config=svc.stream, clock=svc.clock,
-                                            dead_letters=svc._dead)
+        processor = svc._cores.restore(checkpoint.snapshot)
         pair = PartitionPair(p, imp_tp, clk_tp, processor,
                              {imp_tp: checkpoint.impressions_offset, clk_tp: checkpoint.clicks_offset}, ref,
                              max_skew_ms=skew)

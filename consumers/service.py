@@ -37,6 +37,7 @@ from kafka.structs import OffsetAndMetadata
 from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, CheckpointStore
 from rankwatch.consumers.clients import close_clients
+from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.fetch_compat import (
     cached_partitions,
@@ -104,6 +105,10 @@ class ConsumerService:
         self._pending_commit: list[tuple[PartitionPair, CheckpointRef]] = []
         self._outage = KafkaOutage(backoff_max_s=kafka.retry_backoff_max_s)
         self._rebalancer = Rebalancer(self)
+        # Where the pairs' processors live: a second process (windows come back through _publish) or here.
+        self._cores: CoreProcess | InProcessCores = (
+            CoreProcess(stream, clock=clock, publish=self._publish) if kafka.core_process
+            else InProcessCores(stream, clock=clock))
         self._topics_bad_since: float | None = None
         self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
         self._fed_marks: dict[int, tuple[int | None, ...]] = {}  # stall watch: fed offsets 30 s ago
@@ -170,6 +175,7 @@ class ConsumerService:
             self._producer.partitions_for(topic)  # metadata now, while the broker is known to answer
         self._store = CheckpointStore(self._producer, k.checkpoints, client)
         self._dead = KafkaDeadLetterSink(self._producer, k.dead_letters)
+        self._cores.dead_letters = self._dead
         self._consumer = KafkaConsumer(
             **client, group_id=k.group_id, enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
             partition_assignment_strategy=[RangePartitionAssignor], max_poll_records=k.max_poll_records,
@@ -218,6 +224,7 @@ class ConsumerService:
                 if pair is not None and tp in pair.buffers:
                     pair.add(tp, records)
             self._feed_all()
+            self._cores.drain()  # windows and dead letters of batches the core process has finished
             unconfirmed = [tp for pair in self._pairs.values() for tp in pair.unconfirmed]
         if unconfirmed:
             self._confirm_and_feed(unconfirmed)
@@ -522,12 +529,18 @@ class ConsumerService:
                 with self._lock:
                     self._feed_all()  # finish the batch in hand (what is caught up can be fed)
                 self.checkpoint(list(self._pairs), timeout_s=left() / 2)
+        except CoreProcessError as e:  # the state is gone with the core: the last committed checkpoint holds
+            log.error("no final checkpoint: %s", e)
         finally:
-            self._refresh_health(running=False)
+            try:
+                self._refresh_health(running=False)
+            except CoreProcessError:
+                pass  # said above, or the error the loop ends with
             with self._lock:
                 self._pairs.clear()  # close() revokes: nothing left to checkpoint twice
                 self._rebalancer.restoring.clear()
             self._close_clients(1.0 if self._outage.active else left())
+            self._cores.close()
 
     def _close_clients(self, timeout_s: float) -> None:
         close_clients(self._consumer, self._store, self._producer, timeout_s)

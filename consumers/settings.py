@@ -62,6 +62,9 @@ class KafkaSettings:
     retry_backoff_max_s
         Cap of the backoff between retries during a Kafka outage (consumers/outage.py); also caps
         kafka-python's own reconnect backoff, so a returning broker is seen within about this long.
+    core_process
+        Run the streaming core in a second process (consumers/core_process.py, default): consuming and
+        computing overlap on two cores. ``False`` keeps it in the consuming process (one core).
     """
 
     bootstrap_servers: tuple[str, ...] = ("127.0.0.1:9092",)
@@ -80,6 +83,7 @@ class KafkaSettings:
     client_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     shutdown_timeout_s: float = 15.0
     retry_backoff_max_s: float = 5.0
+    core_process: bool = True
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:

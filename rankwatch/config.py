@@ -29,7 +29,7 @@ T = TypeVar("T")
 SCHEMA: dict[str, frozenset[str] | None] = {
     "kafka": frozenset({"bootstrap_servers", "group_id", "auto_offset_reset", "checkpoint_interval",
                        "max_poll_records", "max_buffered_records", "tick_interval", "session_timeout",
-                       "instance_id", "security", "shutdown_timeout", "retry_backoff_max"}),
+                       "instance_id", "security", "shutdown_timeout", "retry_backoff_max", "core_process"}),
     "topics": frozenset({"impressions", "clicks", "dead_letter", "checkpoints"}),
     "windows": frozenset({"sizes", "attribution", "allowed_disorder", "idle_timeout", "finalize_step"}),
     "slices": frozenset({"by", "max_values_per_label"}),
@@ -242,6 +242,7 @@ def _kafka(k: _Reader, t: _Reader, where: str) -> KafkaSettings:
         client_options=MappingProxyType(dict(security)),
         shutdown_timeout_s=k.duration_ms("shutdown_timeout", 15_000) / 1000,
         retry_backoff_max_s=k.duration_ms("retry_backoff_max", 5_000) / 1000,
+        core_process=k.get("core_process", bool, True),
     )
 
 

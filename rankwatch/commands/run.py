@@ -16,13 +16,13 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from rankwatch.commands.exporter_feed import ExporterFeed
 from rankwatch.errors import RankwatchError
 
 
@@ -59,47 +59,6 @@ def experiment_collector(cfg: Any) -> Any:
                 "(docs/experiments.md)", spec.name)
         specs.append(spec)
     return ExperimentCollector(specs=specs) if specs else None
-
-
-class WindowBatcher:
-    """Windows for the exporter, handed over in one ``publish_windows`` call per :meth:`flush`.
-
-    The exporter rebuilds its online gauges (merging partitions, AUCs, rollups) once per call; a Kafka
-    backlog replayed fast publishes many windows a second, and one rebuild each cost more than the whole
-    streaming core (docs/benchmarks.md). ``rankwatch run`` asks for a flush on every health refresh
-    (about once a second) and forces one at shutdown.
-
-    A rebuild is kept to ``budget`` (5 %) of the wall time: after a rebuild that took ``c`` seconds the
-    next one waits ``c / budget`` (at most ``max_interval_s``). A rebuild of a few milliseconds (windows
-    closing one at a time) is not delayed at all; on a backlog, where one costs 0.1-0.2 s and windows close
-    every second, /metrics lags by a few seconds and the consuming thread keeps 10-15 % more of its time.
-    """
-
-    def __init__(self, publish_many: Callable[[list[Any]], object], *, max_pending: int = 1_000,
-                 budget: float = 0.05, max_interval_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
-        self.publish_many = publish_many
-        self.max_pending = max_pending
-        self.budget, self.max_interval_s, self.clock = budget, max_interval_s, clock
-        self.pending: list[Any] = []
-        self._next = float("-inf")  # earliest time of the next rebuild
-
-    def add(self, window: Any) -> None:
-        self.pending.append(window)
-        if len(self.pending) >= self.max_pending:
-            self.flush(force=True)
-
-    def flush(self, *, force: bool = False) -> bool:
-        """Hand the pending windows over, unless the rebuild budget says wait (``force``: now). True when
-        a batch was handed over."""
-        if not self.pending or (not force and self.clock() < self._next):
-            return False
-        batch, self.pending = self.pending, []
-        start = self.clock()
-        self.publish_many(batch)
-        end = self.clock()
-        self._next = end + min((end - start) / self.budget, self.max_interval_s)
-        return True
 
 
 @click.command("run")
@@ -144,7 +103,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     targets: list[Callable[[Any], object]] = []
     if writer is not None:
         targets.append(writer.write)
-    state = server = watcher = scheduler = experiments = batcher = None
+    state = server = watcher = scheduler = experiments = feed = None
     if cfg.exporter.enabled:
         from rankwatch.exporters.baselines import BaselineWatcher
         from rankwatch.exporters.collector import build_registry
@@ -153,9 +112,9 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         from rankwatch.exporters.state import MetricsState
 
         state = MetricsState.for_stream(cfg.stream)
-        batcher = WindowBatcher(state.publish_windows)
-        targets.append(batcher.add)
         experiments = experiment_collector(cfg)
+        feed = ExporterFeed(state, experiments=experiments)  # exporter updates off the consuming thread
+        targets.append(feed.add)
         if cfg.baselines:
             watcher = BaselineWatcher(list(cfg.baselines), state)
             watcher.load_initial()
@@ -163,15 +122,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             scheduler = ExporterScheduler(baselines=watcher, reload_interval_s=cfg.baseline_reload_ms / 1000)
 
     def on_health(health: ServiceHealth) -> None:
-        if batcher is not None:
-            batcher.flush()
-        if state is not None:
-            if health.merged is not None:
-                state.set_stream_stats(health.merged)
-            state.set_consumer_lag(health.lag)
-            if experiments is not None:  # the pairs' experiment sums, taken on the consuming thread
-                experiments.set_parts({p: s.experiments for p, s in health.stats.items()})
-            state.set_kafka_outage(health.kafka_outage, health.kafka_outage_seconds)
+        if feed is not None:
+            feed.health(health)
 
     service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
                               on_health=on_health)
@@ -227,8 +179,8 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     try:
         service.run()
     finally:
-        if batcher is not None:
-            batcher.flush(force=True)
+        if feed is not None:
+            feed.close()
         if scheduler is not None:
             scheduler.stop()
         if writer is not None:

@@ -35,15 +35,18 @@ pytestmark = pytest.mark.kafka
 
 SLOW_RESTORE = """
 import sys, time
-from rankwatch.pipeline import stream
-real = stream.StreamProcessor.restore.__func__
-def slow(cls, *args, **kwargs):
-    end = time.monotonic() + {delay}
-    while time.monotonic() < end:  # CPU, as a large restore: the GIL is released only at switch intervals
-        pass
-    print("restore done", flush=True)
-    return real(cls, *args, **kwargs)
-stream.StreamProcessor.restore = classmethod(slow)
+from rankwatch.consumers import core_process
+def slowed(real):
+    def slow(self, *args, **kwargs):
+        end = time.monotonic() + {delay}
+        while time.monotonic() < end:  # CPU on the consuming thread, as a large restore: the GIL is
+            pass  # released only at switch intervals
+        print("restore done", flush=True)
+        return real(self, *args, **kwargs)
+    return slow
+# Where the rebalancer restores from, whether the core runs in its own process or not.
+for cores in (core_process.CoreProcess, core_process.InProcessCores):
+    cores.restore = slowed(cores.restore)
 from rankwatch.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -79,7 +79,9 @@ def _create(bootstrap: str, prefix: str, partitions: int) -> None:
         ensure_topic({"bootstrap_servers": [bootstrap]}, f"{prefix}-{t}", partitions=partitions)
 
 
-def test_end_to_end_run_equals_replay_and_offline(kafka_broker: Any, unique: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("core_process", [True, False], ids=["core-process", "one-process"])
+def test_end_to_end_run_equals_replay_and_offline(kafka_broker: Any, unique: str, tmp_path: Path,
+                                                  core_process: bool) -> None:
     b = kafka_broker.bootstrap
     truth, events = tmp_path / "truth.jsonl", tmp_path / "events"
     rc = main(["simulate", "--bootstrap-servers", b, "--impressions-topic", f"{unique}-imp",
@@ -90,7 +92,8 @@ def test_end_to_end_run_equals_replay_and_offline(kafka_broker: Any, unique: str
                "--close-windows", "2h"])
     assert rc == 0
     want = expected_windows(read_truth(truth), windows=WINDOWS, partitions=2)
-    config = write_config(tmp_path / "run.toml", bootstrap=b, prefix=unique)
+    config = write_config(tmp_path / "run.toml", bootstrap=b, prefix=unique,
+                          kafka_extra=f"core_process = {str(core_process).lower()}")
     out = tmp_path / "windows.jsonl"
     proc = start_run(config, out, tmp_path / "run.log")
     try:

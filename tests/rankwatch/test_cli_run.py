@@ -28,6 +28,7 @@ def _run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple
         ("[kafka.security]\nsasl_password_typo = 'x'\n", "kafka.security.sasl_password_typo"),
         ("[kafka]\nauto_offset_reset = 'middle'\n", "kafka.auto_offset_reset"),
         ("[kafka]\nmax_poll_records = 0\n", "kafka.max_poll_records: must be >= 1"),
+        ("[kafka]\ncore_process = 'yes'\n", "kafka.core_process: expected bool"),
         ("[topics]\nimpressions = 'x'\nclicks = 'x'\n", "topics.clicks: must differ"),
         ("[slices]\nby = ['colour']\n", "slices.by: cannot slice by 'colour'"),
         ("[metrics]\ngain = 'cubic'\n", "metrics.gain"),
@@ -71,6 +72,8 @@ def test_defaults_match_the_spec() -> None:
     assert cfg.kafka.group_id == "rankwatch" and cfg.kafka.checkpoints == "rankwatch.checkpoints"
     assert cfg.kafka.dead_letters == "rankwatch.dead-letters"
     assert (cfg.exporter.host, cfg.exporter.port) == ("127.0.0.1", 9108)
+    assert cfg.kafka.core_process  # the streaming core in a second process unless told otherwise
+    assert not config_from_dict({"kafka": {"core_process": False}}).kafka.core_process
 
 
 def test_exporter_tls_and_basic_auth_settings_resolve_relative_to_the_config(tmp_path: Path) -> None:

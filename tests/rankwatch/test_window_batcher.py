@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankwatch.commands.run import WindowBatcher
+from rankwatch.commands.exporter_feed import WindowBatcher
 
 
 class Clock:

@@ -1,0 +1,375 @@
+"""The streaming core in a second process, so that consuming and computing run on two cores (issue 10).
+
+Layout: :class:`CoreProcess` (the consuming side) starts one worker process (``spawn``) that holds every
+:class:`pipeline.stream.StreamProcessor` of this instance, and hands out one :class:`RemoteProcessor` per
+partition pair, a stand-in with the methods the service calls (``process_batch``, ``tick``, ``snapshot``,
+``stats``). :class:`InProcessCores` is the same factory for processors in the consuming process
+(``[kafka] core_process = false``).
+
+Why: kafka-python costs about 5 µs of CPU per message and the core about 10 µs; in one process they add
+up (Python runs one thread at a time), so ``rankwatch run`` reached a third of raw kafka-python. In two
+processes they overlap: the consuming process polls, merges and sends a poll's raw values (one pickled
+message per pair and poll, about 0.4 µs per record); the worker decodes, joins and windows them.
+
+Why it changes no guarantee (docs/kafka.md, "The core process"):
+
+- One connection, requests answered strictly in order. A ``snapshot`` is answered after every batch sent
+  before it, so a checkpoint holds exactly what was fed (the fed offsets are advanced at send time).
+- The windows and dead letters a request produced come back with its answer and are handed on (windows to
+  ``publish``, dead letters to the service's sink) before any later answer is read, so before the snapshot
+  a checkpoint is written from, and the service's "nothing committed while a dead letter is unsent" rule
+  still sees them.
+- Batches are asynchronous, at most ``max_in_flight`` unanswered at a time (bounded memory and lag); every
+  other request waits for its answer. The clock stays injected: ``tick`` sends the consuming side's
+  ``clock.now()``.
+- The worker ignores SIGINT and SIGTERM (the consuming side shuts down first: final feed, checkpoint,
+  commit) and exits when its connection closes, so it never outlives its parent, even after a SIGKILL.
+- A worker that dies or raises ends the service with one line (:class:`CoreProcessError`); the pairs resume
+  from their last committed checkpoints, as after any crash.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import logging
+import multiprocessing
+import pickle
+import queue
+import signal
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from rankwatch.pipeline.clock import Clock
+from rankwatch.pipeline.deadletter import DeadLetter, DeadLetterSink
+from rankwatch.pipeline.errors import RankwatchError
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.stream import StreamConfig, StreamProcessor, StreamStats
+
+log = logging.getLogger(__name__)
+
+# Configurations hold read-only mappings, which pickle cannot take: both sides write them as dicts.
+def _read_only(mapping: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(mapping)
+
+
+_DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH[MappingProxyType] = lambda m: (_read_only, (dict(m),))
+
+
+def _dumps(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=5)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(obj)
+    return buf.getvalue()
+
+
+class CoreProcessError(RankwatchError):
+    """The core process died or raised: the message is the one-line reason the service ends with."""
+
+
+# -- the worker ----------------------------------------------------------------------------------------
+class _SentClock:
+    """The worker's clock: the consuming side's ``now`` sent with each ``tick``."""
+
+    def __init__(self) -> None:
+        self.value: datetime | None = None
+
+    def now(self) -> datetime:
+        assert self.value is not None, "the worker's clock is read only inside tick"
+        return self.value
+
+
+class _CollectedDeadLetters:
+    def __init__(self) -> None:
+        self.letters: list[DeadLetter] = []
+
+    def send(self, letter: DeadLetter) -> None:
+        self.letters.append(letter)
+
+    def take(self) -> list[DeadLetter]:
+        out, self.letters = self.letters, []
+        return out
+
+
+def _serve(conn: Any, config_bytes: bytes) -> None:
+    """The worker's loop: one answer per request, in order, until the connection closes."""
+    import gc
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    config: StreamConfig = pickle.loads(config_bytes)
+    clock, dead = _SentClock(), _CollectedDeadLetters()
+    processors: dict[int, StreamProcessor] = {}
+    gc.freeze()  # as the consuming process does: modules and config stay out of full collections
+    while True:
+        try:
+            op, handle, payload = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        windows: list[PublishedWindow] = []
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            if op == "batch":
+                kinds, values, offsets, partition, topics = payload
+                windows = processors[handle].process_batch(kinds, values, partition=partition, offsets=offsets,
+                                                           topics=topics)
+            elif op == "tick":
+                clock.value = payload
+                windows = processors[handle].tick()
+            elif op == "flush":
+                windows = processors[handle].flush()
+            elif op == "snapshot":
+                result = processors[handle].snapshot()
+            elif op == "stats":
+                result = processors[handle].stats()
+            elif op == "new":
+                processors[handle] = StreamProcessor(config, clock=clock, dead_letters=dead, partitions=payload)
+            elif op == "restore":
+                processors[handle] = StreamProcessor.restore(payload, config=config, clock=clock, dead_letters=dead)
+            elif op == "drop":
+                for h in payload:
+                    processors.pop(h, None)
+            else:
+                raise ValueError(f"unknown request {op!r}")
+        except Exception as e:  # noqa: BLE001 - sent back, raised on the consuming side
+            error = e
+            log.error("core process: %s failed:\n%s", op, traceback.format_exc())
+        try:
+            answer = _dumps((windows, dead.take(), result, error))
+        except Exception:  # noqa: BLE001 - an exception pickle cannot take: its text
+            answer = _dumps((windows, dead.take(), result, CoreProcessError(f"{type(error).__name__}: {error}")))
+        try:
+            conn.send_bytes(answer)
+        except (EOFError, OSError):
+            return
+
+
+# -- the consuming side --------------------------------------------------------------------------------
+class CoreProcess:
+    """The worker and its connection; hands out :class:`RemoteProcessor` s (see the module docstring).
+
+    Parameters
+    ----------
+    config
+        The streaming core's configuration (sent once, at start).
+    clock
+        The consuming side's clock (read at each ``tick``).
+    publish
+        Called with the windows each answer carries, in order.
+    max_in_flight
+        Unanswered batches before a new one waits for the oldest answer.
+    """
+
+    def __init__(self, config: StreamConfig, *, clock: Clock, publish: Callable[[list[PublishedWindow]], None],
+                 max_in_flight: int = 4) -> None:
+        self.config = config
+        self.clock = clock
+        self.publish = publish
+        self.dead_letters: DeadLetterSink | None = None  # set by the owner once its producer is open
+        self.max_in_flight = max(1, max_in_flight)
+        self._lock = threading.RLock()
+        self._conn: Any = None
+        self._process: Any = None
+        self._sender: threading.Thread | None = None
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._expected: deque[str] = deque()  # ops of unanswered requests, oldest first
+        self._in_flight = 0  # unanswered batches
+        self._next_handle = 0
+        self._dropped: list[int] = []  # handles of garbage-collected stand-ins, dropped with the next request
+        self._failed: str | None = None
+        self.batches_sent = 0
+        self.waits = 0  # batches that waited for an answer (the core is the bottleneck)
+
+    # -- factory ---------------------------------------------------------------------------------------
+    def new(self, partitions: tuple[int, ...]) -> RemoteProcessor:
+        return self._adopt("new", tuple(partitions))
+
+    def restore(self, snapshot: bytes) -> RemoteProcessor:
+        return self._adopt("restore", snapshot)
+
+    def _adopt(self, op: str, payload: Any) -> RemoteProcessor:
+        with self._lock:
+            self._start()
+            handle = self._next_handle
+            self._next_handle += 1
+            self.call(op, handle, payload)  # waits: a snapshot that cannot be restored fails here, as in-process
+            proxy = RemoteProcessor(self, handle)
+            weakref.finalize(proxy, self._dropped.append, handle)
+            return proxy
+
+    # -- requests --------------------------------------------------------------------------------------
+    def send_batch(self, handle: int, payload: tuple[Any, ...]) -> None:
+        """Queue a batch; waits only while ``max_in_flight`` batches are unanswered."""
+        with self._lock:
+            self._send("batch", handle, payload)
+            self._in_flight += 1
+            self.batches_sent += 1
+            if self._in_flight > self.max_in_flight:
+                self.waits += 1
+                while self._in_flight > self.max_in_flight:
+                    self._receive_one()
+            self.drain()
+
+    def call(self, op: str, handle: int, payload: Any = None) -> Any:
+        """Send a request and wait for its answer (every earlier one is handled first); returns its result."""
+        with self._lock:
+            self._send(op, handle, payload)
+            while len(self._expected) > 1:
+                self._receive_one()
+            return self._receive_one()
+
+    def drain(self) -> None:
+        """Handle every answer already here, without waiting."""
+        with self._lock:
+            while self._expected and self._conn is not None and self._conn.poll(0):
+                self._receive_one()
+
+    def _send(self, op: str, handle: int, payload: Any) -> None:
+        self._check()
+        if self._dropped:
+            dropped, self._dropped = self._dropped, []
+            self._outbox.put(_dumps(("drop", -1, dropped)))
+            self._expected.append("drop")
+        self._outbox.put(_dumps((op, handle, payload)))
+        self._expected.append(op)
+
+    def _receive_one(self) -> Any:
+        """Wait for the oldest answer, hand on what it carries and return its result."""
+        op = self._expected[0]
+        try:
+            data = self._conn.recv_bytes()
+        except (EOFError, OSError):
+            self._fail("the core process ended")
+        windows, letters, result, error = pickle.loads(data)
+        self._expected.popleft()
+        if op == "batch":
+            self._in_flight -= 1
+        sink = self.dead_letters
+        if sink is not None:
+            for letter in letters:
+                sink.send(letter)
+        if windows:
+            self.publish(windows)
+        if error is not None:
+            raise error  # as in-process (e.g. a SnapshotError); the worker logged its traceback
+        return result
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise CoreProcessError(self._failed)
+
+    def _fail(self, reason: str) -> None:
+        process = self._process
+        if process is not None and not process.is_alive() and process.exitcode is not None:
+            reason += f" (exit code {process.exitcode})"
+        self._failed = reason
+        raise CoreProcessError(reason)
+
+    # -- life cycle ------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._process is not None:
+            self._check()
+            return
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that runs Kafka client threads
+        ours, theirs = ctx.Pipe(duplex=True)
+        self._process = ctx.Process(target=_serve, args=(theirs, _dumps(self.config)), name="rankwatch-core",
+                                    daemon=True)
+        started = time.monotonic()
+        self._process.start()
+        theirs.close()
+        self._conn = ours
+        # A sender thread, so that a large batch never blocks the consuming thread while the core reads
+        # its previous one (the connection's buffer holds a few hundred kB).
+        self._sender = threading.Thread(target=self._send_loop, name="rankwatch-core-sender", daemon=True)
+        self._sender.start()
+        log.info("streaming core in process %d (started in %.1f s)", self._process.pid, time.monotonic() - started)
+
+    def _send_loop(self) -> None:
+        conn = self._conn
+        while True:
+            data = self._outbox.get()
+            if data is None:
+                return
+            try:
+                conn.send_bytes(data)
+            except (EOFError, OSError):
+                return  # the reader sees the end and says why
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the worker (its state is in the checkpoints by now) and wait for it, bounded."""
+        with self._lock:
+            process, conn = self._process, self._conn
+            if process is None:
+                return
+            self._outbox.put(None)
+            if self._sender is not None:
+                self._sender.join(timeout_s)
+            conn.close()
+            process.join(timeout_s)
+            if process.is_alive():
+                process.terminate()
+                process.join(1.0)
+            self._process = self._conn = None
+            self._failed = "the core process was closed"
+
+
+class RemoteProcessor:
+    """The stand-in of one pair's :class:`StreamProcessor` in the core process (same methods as used by
+    the service). Windows are published through :attr:`CoreProcess.publish`, so the methods that return
+    windows in-process return an empty list here."""
+
+    def __init__(self, core: CoreProcess, handle: int) -> None:
+        self.core = core
+        self.handle = handle
+        self.config = core.config
+
+    def process_batch(self, kinds: Sequence[bool], values: Sequence[bytes], *, partition: int | None = None,
+                      offsets: Sequence[int] | None = None,
+                      topics: tuple[str, str] = ("impressions", "clicks")) -> list[PublishedWindow]:
+        self.core.send_batch(self.handle, (kinds, values, offsets, partition, topics))
+        return []
+
+    def tick(self) -> list[PublishedWindow]:
+        self.core.call("tick", self.handle, self.core.clock.now())
+        return []
+
+    def flush(self) -> list[PublishedWindow]:
+        self.core.call("flush", self.handle)
+        return []
+
+    def snapshot(self) -> bytes:
+        return self.core.call("snapshot", self.handle)  # type: ignore[no-any-return]
+
+    def stats(self) -> StreamStats:
+        return self.core.call("stats", self.handle)  # type: ignore[no-any-return]
+
+
+class InProcessCores:
+    """The factory of processors in the consuming process (``[kafka] core_process = false``)."""
+
+    def __init__(self, config: StreamConfig, *, clock: Clock) -> None:
+        self.config = config
+        self.clock = clock
+        self.dead_letters: DeadLetterSink | None = None
+
+    def new(self, partitions: tuple[int, ...]) -> StreamProcessor:
+        return StreamProcessor(self.config, clock=self.clock, dead_letters=self.dead_letters, partitions=partitions)
+
+    def restore(self, snapshot: bytes) -> StreamProcessor:
+        return StreamProcessor.restore(snapshot, config=self.config, clock=self.clock, dead_letters=self.dead_letters)
+
+    def drain(self) -> None:
+        """Nothing is ever waiting: windows are returned by the calls themselves."""
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Nothing to stop."""
