@@ -118,14 +118,16 @@ def stream_config(windows: str, attribution: str) -> StreamConfig:
     return StreamConfig(windows=tuple(windows.split(",")), attribution_window_ms=parse_duration_ms(attribution))
 
 
-def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: StreamConfig) -> None:
+def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: StreamConfig,
+                   core_process: bool = True) -> None:
     """One ``rankwatch run`` (service + exporter state) until nothing was fed for ``quiet_s``; prints JSON."""
     from rankwatch.commands.exporter_feed import ExporterFeed
     from rankwatch.exporters.state import MetricsState
 
     settings = KafkaSettings(bootstrap_servers=(boot,), impressions_topic=f"{prefix}-imp", clicks_topic=f"{prefix}-clk",
                              group_id=group, checkpoint_topic=f"{prefix}.checkpoints",
-                             dead_letter_topic=f"{prefix}.dead-letters", max_poll_records=POLL_RECORDS)
+                             dead_letter_topic=f"{prefix}.dead-letters", max_poll_records=POLL_RECORDS,
+                             core_process=core_process)
     state = MetricsState.for_stream(stream)
     exporter = ExporterFeed(state)  # what rankwatch run wires
 
@@ -148,14 +150,14 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
     thread.start()
     first = last = None
     fed_first = fed = 0
-    cpu_first = cpu_last = 0.0
+    cpu_first = cpu_last = core_first = core_last = 0.0
     while True:
         now, total = time.time(), counted[0]
         if total != fed:
-            cpu = time.process_time()
+            cpu, core = time.process_time(), _core_cpu(service)
             if first is None:
-                first, fed_first, cpu_first = now, total, cpu
-            fed, last, cpu_last = total, now, cpu
+                first, fed_first, cpu_first, core_first = now, total, cpu, core
+            fed, last, cpu_last, core_last = total, now, cpu, core
         elif last is not None and now - last > quiet_s:
             break
         elif last is None and service.ready() and now - started > 30:
@@ -166,12 +168,26 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
     service.stop()
     thread.join(timeout=60)
     exporter.close()
-    print(json.dumps({"first": first, "last": last, "fed_first": fed_first, "fed": fed, "cpu": cpu_last - cpu_first}))
+    print(json.dumps({"first": first, "last": last, "fed_first": fed_first, "fed": fed, "cpu": cpu_last - cpu_first,
+                      "core_cpu": core_last - core_first}))
 
 
-def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list[str]) -> tuple[float, float]:
+def _core_cpu(service: ConsumerService) -> float:
+    """CPU seconds so far of the service's core process (0 when the cores run in-process)."""
+    process = getattr(service._cores, "_process", None)
+    if process is None or process.pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list[str]) -> tuple[float, float, float, float]:
     """``instances`` children in one fresh group: messages per second of wall time from the first record to
-    the last, and per second of the children's CPU time (summed)."""
+    the last, and per second of the children's CPU time (summed, core processes included); then the CPU
+    µs per message of the consuming processes and of the core processes."""
     group = f"{prefix}-{uuid.uuid4().hex[:6]}"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     procs = [subprocess.Popen([sys.executable, __file__, "--bootstrap-servers", boot, *extra, "--child", prefix, group],
@@ -183,7 +199,9 @@ def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list
     first = min(r["first"] for r in results)
     last = max(r["last"] for r in results)
     starts = [r["fed_first"] for r in results if r["first"] == first]
-    return (fed - starts[0]) / (last - first), (fed - starts[0]) / sum(r["cpu"] for r in results)
+    n = fed - starts[0]
+    consuming, core = sum(r["cpu"] for r in results), sum(r["core_cpu"] for r in results)
+    return n / (last - first), n / (consuming + core), 1e6 * consuming / n, 1e6 * core / n
 
 
 def publication_delay(boot: str, prefix: str, seconds: float) -> list[float]:
@@ -227,29 +245,31 @@ def main() -> None:
                         help="requests per second of event time in the filled traffic (all partitions together)")
     parser.add_argument("--windows", default="1m,5m", help="window sizes of rankwatch run (product default: 5m,1h)")
     parser.add_argument("--attribution", default="1m", help="attribution window (product default: 30m)")
+    parser.add_argument("--in-process-core", action="store_true",
+                        help="rankwatch run with [kafka] core_process = false (the core in the consuming process)")
     parser.add_argument("--child", nargs=2, metavar=("PREFIX", "GROUP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     boot = args.bootstrap_servers
     if args.child:
         _service_child(boot, args.child[0], args.child[1], quiet_s=3.0,
-                       stream=stream_config(args.windows, args.attribution))
+                       stream=stream_config(args.windows, args.attribution), core_process=not args.in_process_core)
         return
     print(f"kafka-python CRC-32C: {'crc32c C extension' if crc32c_is_c() else 'PURE PYTHON (install crc32c)'}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the broker shares them)")
     prefix = "bench-" + uuid.uuid4().hex[:8]
     t0 = time.perf_counter()
     total = fill(boot, prefix, args.requests, args.partitions, args.rate)
-    extra = ["--windows", args.windows, "--attribution", args.attribution]
+    extra = ["--windows", args.windows, "--attribution", args.attribution, *(["--in-process-core"] if args.in_process_core else [])]
     print(f"filled {total} messages ({args.requests} requests, 20 items each, {args.rate:g} requests/s of event time, "
           f"{args.partitions} partitions per topic) in {time.perf_counter() - t0:.1f} s; rankwatch run: windows "
           f"{args.windows}, attribution {args.attribution}")
-    rows: dict[str, list[tuple[float, float]]] = {"confluent": [], "raw": [], "run": [], "run2": []}
+    rows: dict[str, list[tuple[float, ...]]] = {"confluent": [], "raw": [], "run": [], "run2": []}
     for i in range(args.repeat):
         # Interleaved, so a change of the machine's load hits every consumer alike.
         rows["confluent"].append(confluent_rate(boot, prefix, args.partitions, total))
         rows["raw"].append(raw_rate(boot, prefix, args.partitions, total))
         rows["run"].append(service_rate(boot, prefix, 1, total, extra))
-        (cw, cc), (rw, rc), (sw, sc) = rows["confluent"][-1], rows["raw"][-1], rows["run"][-1]
+        (cw, cc), (rw, rc), (sw, sc, *_) = rows["confluent"][-1], rows["raw"][-1], rows["run"][-1]
         line = (f"run {i + 1}: msg/s wall (CPU): confluent-kafka {cw:,.0f} ({cc:,.0f}), kafka-python {rw:,.0f} ({rc:,.0f}), "
                 f"rankwatch run {sw:,.0f} ({sc:,.0f}); run/kafka-python {sw / rw:.2f} wall, {sc / rc:.2f} CPU")
         if not args.no_scale_out:
@@ -268,7 +288,8 @@ def main() -> None:
           f"{statistics.median(wall):.2f}, goal >= 0.6); CPU {', '.join(f'{r:.2f}' for r in cpu)} (median "
           f"{statistics.median(cpu):.2f}); kafka-python / confluent-kafka {med('raw', 0) / med('confluent', 0):.2f} wall")
     print(f"per message: kafka-python {1e6 / med('raw', 1):.1f} us CPU, rankwatch run {1e6 / med('run', 1):.1f} us CPU "
-          f"(rankwatch adds {1e6 / med('run', 1) - 1e6 / med('raw', 1):.1f} us)")
+          f"(rankwatch adds {1e6 / med('run', 1) - 1e6 / med('raw', 1):.1f} us): consuming process {med('run', 2):.1f} us, "
+          f"core process {med('run', 3):.1f} us (the slower of the two sets the rate when both have a core)")
     if rows["run2"]:
         scale = [b[0] / a[0] for a, b in zip(rows["run"], rows["run2"], strict=True)]
         print(f"two instances / one (wall): {', '.join(f'{x:.2f}' for x in scale)} (median {statistics.median(scale):.2f}; "

@@ -100,6 +100,19 @@ class _CollectedDeadLetters:
         return out
 
 
+def _send_loop(conn: Any, outbox: queue.SimpleQueue[bytes | None]) -> None:
+    """Write queued messages to ``conn`` until None: a large message then never blocks the thread that
+    queued it while the other side is busy (a connection buffers a few hundred kB)."""
+    while True:
+        data = outbox.get()
+        if data is None:
+            return
+        try:
+            conn.send_bytes(data)
+        except (EOFError, OSError):
+            return  # the reader sees the end and says why
+
+
 def _serve(conn: Any, config_bytes: bytes) -> None:
     """The worker's loop: one answer per request, in order, until the connection closes."""
     import gc
@@ -109,11 +122,15 @@ def _serve(conn: Any, config_bytes: bytes) -> None:
     config: StreamConfig = pickle.loads(config_bytes)
     clock, dead = _SentClock(), _CollectedDeadLetters()
     processors: dict[int, StreamProcessor] = {}
+    outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    sender = threading.Thread(target=_send_loop, args=(conn, outbox), name="rankwatch-core-answers", daemon=True)
+    sender.start()
     gc.freeze()  # as the consuming process does: modules and config stay out of full collections
     while True:
         try:
             op, handle, payload = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
+            outbox.put(None)
             return
         windows: list[PublishedWindow] = []
         result: Any = None
@@ -148,10 +165,7 @@ def _serve(conn: Any, config_bytes: bytes) -> None:
             answer = _dumps((windows, dead.take(), result, error))
         except Exception:  # noqa: BLE001 - an exception pickle cannot take: its text
             answer = _dumps((windows, dead.take(), result, CoreProcessError(f"{type(error).__name__}: {error}")))
-        try:
-            conn.send_bytes(answer)
-        except (EOFError, OSError):
-            return
+        outbox.put(answer)
 
 
 # -- the consuming side --------------------------------------------------------------------------------
@@ -288,22 +302,12 @@ class CoreProcess:
         self._process.start()
         theirs.close()
         self._conn = ours
-        # A sender thread, so that a large batch never blocks the consuming thread while the core reads
-        # its previous one (the connection's buffer holds a few hundred kB).
-        self._sender = threading.Thread(target=self._send_loop, name="rankwatch-core-sender", daemon=True)
+        # A sender thread, so that a large batch never blocks the consuming thread while the core is busy
+        # with its previous one (the worker answers through one too).
+        self._sender = threading.Thread(target=_send_loop, args=(ours, self._outbox), name="rankwatch-core-sender",
+                                        daemon=True)
         self._sender.start()
         log.info("streaming core in process %d (started in %.1f s)", self._process.pid, time.monotonic() - started)
-
-    def _send_loop(self) -> None:
-        conn = self._conn
-        while True:
-            data = self._outbox.get()
-            if data is None:
-                return
-            try:
-                conn.send_bytes(data)
-            except (EOFError, OSError):
-                return  # the reader sees the end and says why
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the worker (its state is in the checkpoints by now) and wait for it, bounded."""

@@ -32,13 +32,15 @@ class WindowBatcher:
     (about once a second) and forces one at shutdown.
 
     A rebuild is kept to ``budget`` (5 %) of the wall time: after a rebuild that took ``c`` seconds the
-    next one waits ``c / budget`` (at most ``max_interval_s``). A rebuild of a few milliseconds (windows
-    closing one at a time) is not delayed at all; on a backlog, where one costs 0.1-1.5 s and windows close
-    every second, /metrics lags by a few seconds.
+    next one waits ``c / budget`` (at most ``max_interval_s``, 60 s). A rebuild of a few milliseconds
+    (windows closing one at a time) is not delayed at all; on a backlog, where one costs 0.1-1.5 s and
+    windows close every second, the quality gauges on /metrics lag by 2-30 s (the health and event
+    counters are not delayed: they are applied every second). The rebuild runs on the exporter feed's
+    thread, but it still takes the consuming process's GIL for its Python parts, hence the budget.
     """
 
     def __init__(self, publish_many: Callable[[list[Any]], object], *, max_pending: int = 1_000,
-                 budget: float = 0.05, max_interval_s: float = 10.0,
+                 budget: float = 0.05, max_interval_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.publish_many = publish_many
         self.max_pending = max_pending
