@@ -287,8 +287,9 @@ def cluster_histograms_by_group(
         runs = _equal_count_runs(keys, group_edges, big, max_bins)  # ascending already
         starts = np.sort(np.concatenate([starts, runs])) if starts.size else runs
     count = np.diff(starts, append=m)
-    pos = np.add.reduceat(keys & np.uint64(1), starts).astype(np.int64)
-    last = keys[np.append(starts[1:], m) - 1] >> np.uint64(1)
+    ends = np.append(starts[1:], m) - 1
+    pos = _ones_per_run(keys, starts, ends)
+    last = keys[ends] >> np.uint64(1)
     bin_edges = np.searchsorted(starts, group_edges)
     bin_bucket = ((last >> np.uint64(_CODE_BITS)) & np.uint64(N_CLUSTERS - 1)).astype(np.int64)
     values = _code_scores((last & np.uint64((1 << _CODE_BITS) - 1)).astype(np.uint32))
@@ -300,6 +301,26 @@ def cluster_histograms_by_group(
         if b > a else ClusterHistograms.empty()
         for g, (a, b) in enumerate(zip(bin_edges[:-1], bin_edges[1:], strict=True))
     ]
+
+
+def _ones_per_run(keys: npt.NDArray[np.uint64], starts: IntArray, ends: IntArray) -> IntArray:
+    """Keys with the lowest bit set in each run ``keys[starts[r] : ends[r] + 1]`` (contiguous runs, ascending).
+
+    A ``uint32`` running count of the label bits (read as bytes) and differences at the run ends: about
+    twice as fast as a ``reduceat`` of ``keys & 1``, and no full-size ``uint64`` temporary. The
+    differences are taken in ``uint32`` arithmetic, exact modulo 2**32 (a run never holds that many items).
+    """
+    if np.little_endian:  # the label bit sits in each key's first byte
+        label = keys.view(np.uint8)[:: keys.itemsize] & np.uint8(1)
+    else:
+        label = (keys & np.uint64(1)).astype(np.uint8)
+    running = np.cumsum(label, dtype=np.uint32)
+    at_end = running[ends]
+    per_run = at_end.copy()
+    per_run[1:] -= at_end[:-1]
+    if starts.size and starts[0] > 0:
+        per_run[0] -= running[starts[0] - 1]
+    return per_run.astype(np.int64)
 
 
 def _equal_count_runs(

@@ -73,9 +73,6 @@ class ScoreImage:
             return cls(sc, rel, prefix_bits, np.empty(0, dtype=_U64), empty_ids, True)
         image = _orderable(sc)
         drop = _U64(64 - prefix_bits)
-        prefix = image >> drop
-        low = prefix << _U64(1)
-        low |= rel  # the label in the lowest bit
         if distinct is None:
             ordered = np.sort(image)
         else:
@@ -88,18 +85,25 @@ class ScoreImage:
             ordered = ordered[keep] if has_ties else ordered
         else:
             has_ties = distinct.size < sc.size
-        # Two distinct scores share a prefix iff neighbours in sorted order do.
-        sorted_prefix = ordered >> drop
-        close = np.flatnonzero(sorted_prefix[1:] == sorted_prefix[:-1])
+        # Two distinct scores share a prefix iff neighbours in sorted order do. The shifts below work in
+        # place on arrays built here (each fresh 4 M-item array costs page faults): ``ordered`` becomes
+        # the sorted prefixes, ``image`` the prefixes, then the low key bits.
+        ordered >>= drop
+        close = np.flatnonzero(ordered[1:] == ordered[:-1])
+        prefix = image
+        prefix >>= drop
         affected = empty_ids
         if close.size:
-            shared = np.unique(sorted_prefix[close])
+            shared = np.unique(ordered[close])
             # Membership of a few prefixes: a bit table on their low 20 bits first, then an exact search.
             table = np.zeros(1 << 20, dtype=bool)
             table[(shared & _U64(0xFFFFF)).view(np.int64)] = True
             candidates = np.flatnonzero(table[(prefix & _U64(0xFFFFF)).view(np.int64)])
             at = np.minimum(np.searchsorted(shared, prefix[candidates]), shared.size - 1)
             affected = candidates[shared[at] == prefix[candidates]]
+        low = prefix
+        low <<= _U64(1)
+        low |= rel  # the label in the lowest bit
         return cls(sc, rel, prefix_bits, low, affected, has_ties)
 
 
@@ -181,7 +185,10 @@ def _group_auc(
     if keys is None:
         assert grp is not None
         keys = (grp << (prefix_bits + 1)).view(_U64) | image.low
-    ordered = np.sort(keys)
+    # The keys are built for this call: sort them in place (the affected items' buckets are read first).
+    affected_bucket = keys[image.affected] >> _U64(1) if image.affected.size else None
+    keys.sort()
+    ordered = keys
     numerator += _numerators_of_sorted(ordered, pos, size)
     tie_share = 1.0  # what the sort counted for each positive/negative pair inside one bucket
     if image.has_ties:
@@ -200,7 +207,8 @@ def _group_auc(
         # Buckets whose prefix two distinct scores share: the sort ranked their pairs as ties. Replace
         # that term with the exact one, from those items' true scores.
         items = image.affected
-        item_bucket = (keys[items] >> _U64(1)).astype(np.int64)
+        assert affected_bucket is not None
+        item_bucket = affected_bucket.astype(np.int64)
         order = np.lexsort((image.scores[items], item_bucket))
         item_bucket, item_sc, item_rel = item_bucket[order], image.scores[items][order], image.relevant[items][order]
         b_ids, b_pos, b_neg = _runs(item_bucket, item_rel.astype(np.int64))
@@ -217,18 +225,20 @@ def _numerators_of_sorted(ordered: npt.NDArray[np.uint64], pos: IntArray, size: 
     Items are sorted by group (group ``g`` holds ``size[g]`` items, ``pos[g]`` positive) and the label is
     the key's lowest bit. With ``l_1 < ... < l_P`` the positives' places inside the group, the ``k``-th
     has ``l_k - (k - 1)`` negatives before it: the sum is ``sum_k l_k - P (P - 1) / 2`` (Mann-Whitney).
-    ``sum_k l_k`` is one ``reduceat`` of ``label * index`` minus ``P`` times the group's start.
+    ``sum_k l_k`` is one ``reduceat`` over the positives' flat indices minus ``P`` times the group's start.
     """
     if np.little_endian:  # the label bit sits in each key's first byte: read bytes, not whole keys
         label = ordered.view(np.uint8)[::8] & 1
     else:
         label = (ordered & _U64(1)).astype(np.uint8)
-    weighted = np.arange(ordered.size, dtype=np.int64)
-    weighted *= label
+    # The positives of group g are the hits cut[g]:cut[g] + pos[g] (groups are contiguous and in order), so
+    # summing their places needs only the positives, not a weighted pass over every item.
+    hits = np.flatnonzero(label)
     starts = np.cumsum(size) - size
-    present = size > 0
+    has_pos = pos > 0
     index_sum = np.zeros(size.size, dtype=np.int64)
-    index_sum[present] = np.add.reduceat(weighted, starts[present])
+    if hits.size:
+        index_sum[has_pos] = np.add.reduceat(hits, (np.cumsum(pos) - pos)[has_pos])
     return (index_sum - pos * starts - pos * (pos - 1) // 2).astype(np.float64)
 
 
@@ -246,9 +256,16 @@ def _orderable(scores: FloatArray) -> npt.NDArray[np.uint64]:
     """A ``uint64`` image of float64 scores with the same order (IEEE 754 bits: flip all bits of a
     negative number, set the sign bit of a positive one). ``-0.0`` is mapped to ``+0.0`` first."""
     bits = (scores + 0.0).view(_U64)  # a new array: modified in place below
-    flip = (bits.view(np.int64) >> 63).view(_U64)
-    flip |= _U64(1 << 63)
-    bits ^= flip
+    # The flip mask is built in cache-sized blocks: one small buffer instead of a second full-size array.
+    step = 1 << 16
+    flip = np.empty(min(step, bits.size), dtype=np.int64)
+    for a in range(0, bits.size, step):
+        block = bits[a : a + step]
+        mask = flip[: block.size]
+        np.right_shift(block.view(np.int64), 63, out=mask)
+        umask = mask.view(_U64)
+        umask |= _U64(1 << 63)
+        block ^= umask
     return bits
 
 
