@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from rankwatch.pipeline.auc import ScoreHistogram, histograms_by_request_group
-from rankwatch.pipeline.clusters import ClusterHistograms, cluster_histograms_by_group, request_buckets
+from rankwatch.pipeline.clusters import ClusterHistograms, cluster_histograms_by_request_group, request_buckets
 from rankwatch.pipeline.gauc import GaucSums, ScoreImage, request_group_auc, weighted_moments
 from rankwatch.pipeline.kernel import PerRequestMetrics, offsets_from_lengths, per_request_metrics
 from rankwatch.pipeline.options import MetricOptions
@@ -230,7 +230,7 @@ def aggregate_groups(
     score_image: ScoreImage | None = None,
     positions: bool = True,
     histograms: list[ScoreHistogram] | None = None,
-    item_bucket: npt.NDArray[np.int64] | None = None,
+    request_bucket: npt.NDArray[np.int64] | None = None,
     cluster_codes: npt.NDArray[np.uint32] | None = None,
 ) -> list[RankingAggregate]:
     """Aggregates of many groups (slices) at once from per-request metrics.
@@ -245,8 +245,8 @@ def aggregate_groups(
     ``score_image`` (:meth:`pipeline.gauc.ScoreImage.of` of ``scores``) shares GAUC's score transform
     between calls on the same items. ``positions=False`` leaves the click-through counts and positive
     items at zero, for a caller that sums them from finer groups (integers: exact). ``histograms``: the
-    groups' exact score histograms when the caller has built them already. ``item_bucket`` and
-    ``cluster_codes``: :func:`pipeline.clusters.request_buckets` repeated per item and
+    groups' exact score histograms when the caller has built them already. ``request_bucket`` and
+    ``cluster_codes``: :func:`pipeline.clusters.request_buckets` of the lists and
     :func:`pipeline.clusters.score_label_codes` of the same items, to share them between calls.
     """
     grp = np.asarray(request_group, dtype=np.int64)
@@ -271,10 +271,11 @@ def aggregate_groups(
         hists = [ScoreHistogram.from_pairs(scores, relevant)]
     else:
         hists = histograms_by_request_group(scores, relevant, grp, metrics.lengths, n_groups)
-    if item_bucket is None:
-        item_bucket = np.repeat(request_buckets(scores, metrics.lengths), metrics.lengths)
-    item_group = np.zeros(len(scores), dtype=np.int64) if n_groups == 1 else np.repeat(grp, metrics.lengths)
-    clusters = cluster_histograms_by_group(scores, relevant, item_bucket, item_group, n_groups, coded=cluster_codes)
+    if request_bucket is None:
+        request_bucket = request_buckets(scores, metrics.lengths)
+    clusters = cluster_histograms_by_request_group(
+        scores, relevant, request_bucket, grp, metrics.lengths, n_groups, coded=cluster_codes
+    )
     out = []
     for gi in range(n_groups):
         agg = RankingAggregate(options)

@@ -269,6 +269,51 @@ def cluster_histograms_by_group(
     else:  # the key fits 32 bits: a sort of half the width
         code.sort()
         keys = code.astype(np.uint64)
+    return _bins_of_sorted(keys, n_groups, folded, max_bins)
+
+
+def cluster_histograms_by_request_group(
+    scores: FloatArray, relevant: npt.NDArray[np.bool_], request_bucket: IntArray, request_group: IntArray,
+    lengths: IntArray, n_groups: int, max_bins: int = MAX_BINS, *, coded: npt.NDArray[np.uint32] | None = None,
+) -> list[ClusterHistograms]:
+    """:func:`cluster_histograms_by_group` for flat lists in request order, with the bucket
+    (:func:`request_buckets`) and group of every request (``lengths[j]`` items of list ``j``).
+
+    The same keys and states; the key's bucket and group bits are put together per request and
+    expanded once, so no item-level bucket or group array is built (each is a pass over the items, and a
+    fresh full-size array), and the group sizes come from the lengths.
+    """
+    m = scores.size
+    if m == 0:
+        return [ClusterHistograms.empty() for _ in range(n_groups)]
+    grp = np.asarray(request_group, dtype=np.int64)
+    size = np.asarray(lengths, dtype=np.int64)
+    group_sizes = np.bincount(grp, weights=size, minlength=n_groups).astype(np.int64) if n_groups > 1 else np.array([m])
+    folded = group_sizes > max_bins  # these groups' states fold their buckets (see FOLDED_CLUSTERS)
+    bucket = np.asarray(request_bucket).astype(np.uint32)
+    if folded.all():
+        bucket &= np.uint32(FOLDED_CLUSTERS - 1)
+    elif folded.any():
+        bucket = np.where(folded[grp], bucket & np.uint32(FOLDED_CLUSTERS - 1), bucket)
+    code = score_label_codes(scores, relevant) if coded is None else coded
+    high = bucket << np.uint32(_BUCKET_SHIFT)
+    if n_groups > 1:
+        keys = np.repeat((grp.astype(np.uint64) << np.uint64(32)) | high.astype(np.uint64), size)
+        keys |= code
+        keys.sort()
+    else:  # the key fits 32 bits: a sort of half the width
+        code32 = np.repeat(high, size)
+        code32 |= code
+        code32.sort()
+        keys = code32.astype(np.uint64)
+    return _bins_of_sorted(keys, n_groups, folded, max_bins)
+
+
+def _bins_of_sorted(
+    keys: npt.NDArray[np.uint64], n_groups: int, folded: npt.NDArray[np.bool_], max_bins: int
+) -> list[ClusterHistograms]:
+    """The states of every group from the sorted item keys (see :func:`cluster_histograms_by_group`)."""
+    m = keys.size
     group_edges = np.searchsorted(keys, np.arange(n_groups + 1, dtype=np.uint64) << np.uint64(32))
     group_edges[-1] = m
     sizes = np.diff(group_edges)

@@ -132,7 +132,7 @@ def compute_baseline(
     overall_hist = ScoreHistogram.from_pairs(ranked_scores, relevant)
     image = ScoreImage.of(ranked_scores, relevant, evalset.n_requests, distinct=overall_hist.scores) if has_gauc else None
     # Both aggregate calls cluster the same items: their buckets and score codes are computed once.
-    item_bucket = np.repeat(request_buckets(ranked_scores, metrics.lengths), metrics.lengths)
+    request_bucket = request_buckets(ranked_scores, metrics.lengths)
     cluster_codes = score_label_codes(ranked_scores, relevant)
     slices: dict[SliceKey, RankingAggregate] = {}
     overflow: dict[str, int] = {}
@@ -140,14 +140,14 @@ def compute_baseline(
         group, keys, overflow = slice_groups(evalset, slice_spec)
         aggs = aggregate_groups(
             metrics, ranked_labels, ranked_scores, group, len(keys), options, gauc_keys=gauc_keys, score_image=image,
-            item_bucket=item_bucket, cluster_codes=cluster_codes,
+            request_bucket=request_bucket, cluster_codes=cluster_codes,
         )  # fmt: skip
         slices = dict(zip(keys, aggs, strict=True))
     # Integer counts of the overall slice are the sums of the slices' (exact, and no pass over the items).
     overall = aggregate_groups(
         metrics, ranked_labels, ranked_scores, np.zeros(evalset.n_requests, np.int64), 1, options,
         gauc_keys=gauc_keys, score_image=image, positions=not slices, histograms=[overall_hist],
-        item_bucket=item_bucket, cluster_codes=cluster_codes,
+        request_bucket=request_bucket, cluster_codes=cluster_codes,
     )[0]  # fmt: skip
     if slices:
         parts = list(slices.values())
