@@ -34,6 +34,7 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 _U64 = np.uint64
 _MIN_PREFIX_BITS = 24  # below this many score bits (over ~2^38 groups) use the exact lexsort
+_BLOCK = 1 << 16  # items per block of the passes done in cache-sized pieces
 
 
 @dataclass(frozen=True)
@@ -75,30 +76,29 @@ class ScoreImage:
         drop = _U64(64 - prefix_bits)
         if distinct is None:
             ordered = np.sort(image)
-        else:
-            ordered = _orderable(np.ascontiguousarray(distinct, dtype=np.float64))
-        if distinct is None:  # make the sorted images distinct
-            keep = np.empty(ordered.size, dtype=bool)
+            keep = np.empty(ordered.size, dtype=bool)  # make the sorted images distinct
             keep[:1] = True
             np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
             has_ties = not bool(keep.all())
-            ordered = ordered[keep] if has_ties else ordered
+            shared = _shared_prefixes(ordered[keep] if has_ties else ordered, drop, floats=False)
         else:
             has_ties = distinct.size < sc.size
-        # Two distinct scores share a prefix iff neighbours in sorted order do. The shifts below work in
-        # place on arrays built here (each fresh 4 M-item array costs page faults): ``ordered`` becomes
-        # the sorted prefixes, ``image`` the prefixes, then the low key bits.
-        ordered >>= drop
-        close = np.flatnonzero(ordered[1:] == ordered[:-1])
+            shared = _shared_prefixes(np.ascontiguousarray(distinct, dtype=np.float64), drop, floats=True)
+        # ``image`` becomes the prefixes, then the low key bits, in place (a fresh 4 M-item array costs
+        # page faults).
         prefix = image
         prefix >>= drop
         affected = empty_ids
-        if close.size:
-            shared = np.unique(ordered[close])
-            # Membership of a few prefixes: a bit table on their low 20 bits first, then an exact search.
+        if shared.size:
+            # Membership of a few prefixes: a bit table on their low 20 bits first (read in blocks), then an
+            # exact search.
             table = np.zeros(1 << 20, dtype=bool)
             table[(shared & _U64(0xFFFFF)).view(np.int64)] = True
-            candidates = np.flatnonzero(table[(prefix & _U64(0xFFFFF)).view(np.int64)])
+            in_table = np.empty(prefix.size, dtype=bool)
+            for a in range(0, prefix.size, _BLOCK):
+                block = prefix[a : a + _BLOCK] & _U64(0xFFFFF)
+                np.take(table, block.view(np.int64), out=in_table[a : a + _BLOCK])
+            candidates = np.flatnonzero(in_table)
             at = np.minimum(np.searchsorted(shared, prefix[candidates]), shared.size - 1)
             affected = candidates[shared[at] == prefix[candidates]]
         low = prefix
@@ -233,7 +233,7 @@ def _numerators_of_sorted(ordered: npt.NDArray[np.uint64], pos: IntArray, size: 
         label = (ordered & _U64(1)).astype(np.uint8)
     # The positives of group g are the hits cut[g]:cut[g] + pos[g] (groups are contiguous and in order), so
     # summing their places needs only the positives, not a weighted pass over every item.
-    hits = np.flatnonzero(label)
+    hits = np.flatnonzero(label.view(np.bool_))  # 0/1 bytes read as booleans: numpy's fast nonzero path
     starts = np.cumsum(size) - size
     has_pos = pos > 0
     index_sum = np.zeros(size.size, dtype=np.int64)
@@ -252,15 +252,33 @@ def _runs(outer: npt.NDArray[Any], ones: IntArray) -> tuple[npt.NDArray[Any], In
     return outer[starts], run_pos, np.diff(starts, append=outer.size).astype(np.int64) - run_pos
 
 
+def _shared_prefixes(ordered: npt.NDArray[Any], drop: np.uint64, *, floats: bool) -> npt.NDArray[np.uint64]:
+    """Sorted distinct score prefixes (``image >> drop``) that two neighbours of ``ordered`` share.
+
+    ``ordered`` holds sorted distinct scores: their ``uint64`` images, or the float scores themselves when
+    ``floats`` (imaged here). Two distinct scores share a prefix iff neighbours in sorted order do. Done
+    in cache-sized blocks (overlapping by one item): no full-size image or prefix array.
+    """
+    found = []
+    for a in range(0, max(ordered.size - 1, 0), _BLOCK):
+        block = ordered[a : a + _BLOCK + 1]
+        pref = _orderable(block) if floats else block >> drop
+        if floats:
+            pref >>= drop
+        same = pref[1:] == pref[:-1]
+        if same.any():
+            found.append(pref[1:][same])
+    return np.unique(np.concatenate(found)) if found else np.empty(0, dtype=_U64)
+
+
 def _orderable(scores: FloatArray) -> npt.NDArray[np.uint64]:
     """A ``uint64`` image of float64 scores with the same order (IEEE 754 bits: flip all bits of a
     negative number, set the sign bit of a positive one). ``-0.0`` is mapped to ``+0.0`` first."""
     bits = (scores + 0.0).view(_U64)  # a new array: modified in place below
     # The flip mask is built in cache-sized blocks: one small buffer instead of a second full-size array.
-    step = 1 << 16
-    flip = np.empty(min(step, bits.size), dtype=np.int64)
-    for a in range(0, bits.size, step):
-        block = bits[a : a + step]
+    flip = np.empty(min(_BLOCK, bits.size), dtype=np.int64)
+    for a in range(0, bits.size, _BLOCK):
+        block = bits[a : a + _BLOCK]
         mask = flip[: block.size]
         np.right_shift(block.view(np.int64), 63, out=mask)
         umask = mask.view(_U64)

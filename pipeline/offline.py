@@ -120,8 +120,8 @@ def compute_baseline(
     slice_spec = slice_spec or SliceSpec()
     evalset = data if isinstance(data, EvaluationSet) else validate_evaluation_frame(data, skip_invalid=skip_invalid)
     codes, scores, labels = evalset.request_codes, evalset.scores, evalset.relevance
-    ranked = rank_order(codes, position=evalset.positions, scores=scores)
     lengths = np.bincount(codes, minlength=evalset.n_requests)
+    ranked = rank_order(codes, position=evalset.positions, scores=scores, lengths=lengths)
     ranked_labels, ranked_scores = labels[ranked], scores[ranked]
     metrics = per_request_metrics(ranked_labels, offsets_from_lengths(lengths), options)
     gauc_keys = gauc_user_keys(evalset)
@@ -185,12 +185,17 @@ def gauc_user_keys(evalset: EvaluationSet) -> IntArray | None:
 
 
 def rank_order(
-    request_codes: IntArray, *, position: IntArray | None = None, scores: npt.NDArray[np.float64] | None = None
+    request_codes: IntArray,
+    *,
+    position: IntArray | None = None,
+    scores: npt.NDArray[np.float64] | None = None,
+    lengths: IntArray | None = None,
 ) -> IntArray:
     """Permutation of the rows that groups them by request, each request in rank order.
 
     ``request_codes`` numbers the requests ``0..n-1``. Rank order is ``position`` ascending when given,
-    otherwise ``scores`` descending with ties in input order.
+    otherwise ``scores`` descending with ties in input order. ``lengths``: ``np.bincount(request_codes)``
+    when the caller has it (a pass over the rows fewer).
 
     Notes
     -----
@@ -207,7 +212,7 @@ def rank_order(
     sc = np.asarray(scores, dtype=np.float64)
     if sc.size == 0:
         return np.empty(0, dtype=np.int64)
-    lengths = np.bincount(codes)
+    lengths = np.bincount(codes) if lengths is None else np.asarray(lengths, dtype=np.int64)
     n, width = lengths.size, int(lengths.max())
     if n * width > 2 * sc.size + 1024:
         return order_by_request(codes, _descending_dense_rank(sc))
