@@ -34,6 +34,26 @@ def differs_from_previous(column: pd.Series) -> npt.NDArray[np.bool_]:
     return np.asarray(result.to_numpy(dtype=bool, na_value=True), dtype=bool)
 
 
+def strictly_increasing(column: pd.Series) -> bool:
+    """Whether every value is greater than the one before (so all are distinct, without hashing them).
+
+    Arrow-backed strings compare in pyarrow (byte order), integers in numpy; other types answer False
+    (the caller then hashes). Evaluation sets sorted by request id pass this in one cheap pass.
+    """
+    values = column.array
+    if len(values) < 2 or column.hasnans:
+        return len(values) < 2
+    chunked = getattr(values, "_pa_array", None)
+    if chunked is not None:
+        import pyarrow.compute as pc
+
+        return bool(pc.all(pc.less(chunked[:-1], chunked[1:])).as_py())
+    if pd.api.types.is_integer_dtype(column.dtype):
+        ints = column.to_numpy()
+        return bool(np.all(ints[1:] > ints[:-1]))
+    return False
+
+
 def first_rows(codes: IntArray) -> IntArray:
     """Row index of each code's first appearance, for codes numbered by first appearance."""
     if codes.size == 0:

@@ -58,7 +58,11 @@ def check_lists(labels: npt.ArrayLike, offsets: npt.ArrayLike) -> tuple[FloatArr
 def gains(labels: FloatArray, gain: str) -> FloatArray:
     """Gain of a graded label: ``2**rel - 1`` (exponential) or ``rel`` (linear)."""
     # exp2 is exact for integer grades (expm1(rel * ln 2) is not), which keeps us equal to ranx.
-    return np.exp2(labels) - 1.0 if gain == "exponential" else labels
+    if gain != "exponential":
+        return labels
+    out = np.exp2(labels)
+    out -= 1.0  # in place: one array instead of two
+    return out
 
 
 def per_request_metrics(

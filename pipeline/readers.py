@@ -33,7 +33,13 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from rankwatch.pipeline.grouping import differs_from_previous, duplicate_positions, first_rows, renumber
+from rankwatch.pipeline.grouping import (
+    differs_from_previous,
+    duplicate_positions,
+    first_rows,
+    renumber,
+    strictly_increasing,
+)
 from rankwatch.pipeline.slicing import SLICE_LABELS, UNKNOWN_VALUE
 
 IntArray = npt.NDArray[np.int64]
@@ -423,7 +429,9 @@ def _id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
         run_start[0] = True
         run_start[1:] = differs_from_previous(column)
         starts = np.flatnonzero(run_start)
-        _, run_ids = pd.factorize(column.iloc[starts])
+        run_values = column.iloc[starts].reset_index(drop=True)
+        # Ids sorted within the file are distinct when strictly increasing: no hashing needed.
+        run_ids = run_values if strictly_increasing(run_values) else pd.factorize(run_values)[1]
         if len(run_ids) == starts.size:  # every id is one contiguous run
             codes = np.repeat(np.arange(starts.size, dtype=np.int64), np.diff(starts, append=len(column)))
             blank_runs = _blank_ids(run_ids)
