@@ -17,7 +17,11 @@ import numpy.typing as npt
 import pandas as pd
 
 from rankwatch.pipeline.auc import ScoreHistogram, histograms_by_request_group
-from rankwatch.pipeline.clusters import ClusterHistograms, cluster_histograms_by_request_group, request_buckets
+from rankwatch.pipeline.clusters import (
+    ClusterHistograms,
+    cluster_histograms_by_request_group,
+    request_buckets,
+)
 from rankwatch.pipeline.gauc import GaucSums, ScoreImage, request_group_auc, weighted_moments
 from rankwatch.pipeline.kernel import PerRequestMetrics, offsets_from_lengths, per_request_metrics
 from rankwatch.pipeline.options import MetricOptions
