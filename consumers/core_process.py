@@ -100,6 +100,9 @@ class _CollectedDeadLetters:
         return out
 
 
+_CHANGING = frozenset({"batch", "tick", "flush", "new", "restore"})  # requests whose answer carries stats
+
+
 def _send_loop(conn: Any, outbox: queue.SimpleQueue[bytes | None]) -> None:
     """Write queued messages to ``conn`` until None: a large message then never blocks the thread that
     queued it while the other side is busy (a connection buffers a few hundred kB)."""
@@ -161,10 +164,14 @@ def _serve(conn: Any, config_bytes: bytes) -> None:
         except Exception as e:  # noqa: BLE001 - sent back, raised on the consuming side
             error = e
             log.error("core process: %s failed:\n%s", op, traceback.format_exc())
+        # The processor's stats ride on every answer that can change them, so the consuming side's health
+        # (every 0.25 s) never waits for a round trip behind the batches in flight.
+        proc = processors.get(handle) if op in _CHANGING else None
+        stats = proc.stats() if proc is not None and error is None else None
         try:
-            answer = _dumps((windows, dead.take(), result, error))
+            answer = _dumps((windows, dead.take(), result, error, stats))
         except Exception:  # noqa: BLE001 - an exception pickle cannot take: its text
-            answer = _dumps((windows, dead.take(), result, CoreProcessError(f"{type(error).__name__}: {error}")))
+            answer = _dumps((windows, dead.take(), result, CoreProcessError(f"{type(error).__name__}: {error}"), stats))
         outbox.put(answer)
 
 
@@ -196,7 +203,8 @@ class CoreProcess:
         self._process: Any = None
         self._sender: threading.Thread | None = None
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._expected: deque[str] = deque()  # ops of unanswered requests, oldest first
+        self._expected: deque[tuple[str, int]] = deque()  # (op, handle) of unanswered requests, oldest first
+        self._stats: dict[int, StreamStats] = {}  # handle -> stats as of its latest answered request
         self._in_flight = 0  # unanswered batches
         self._next_handle = 0
         self._dropped: list[int] = []  # handles of garbage-collected stand-ins, dropped with the next request
@@ -243,29 +251,44 @@ class CoreProcess:
             return self._receive_one()
 
     def drain(self) -> None:
-        """Handle every answer already here, without waiting."""
+        """Handle every answer already here, without waiting; a dead worker is noticed here even when no
+        request is waiting (an idle service would otherwise only see it at its next batch)."""
         with self._lock:
+            self._check()
             while self._expected and self._conn is not None and self._conn.poll(0):
                 self._receive_one()
+            if self._process is not None and not self._process.is_alive():
+                self._fail("the core process ended")
+
+    def latest_stats(self, handle: int) -> StreamStats:
+        """Stats of ``handle`` from the answers already here; a round trip only if none has any yet."""
+        with self._lock:
+            self.drain()
+            got = self._stats.get(handle)
+            return got if got is not None else self.call("stats", handle)  # type: ignore[no-any-return]
 
     def _send(self, op: str, handle: int, payload: Any) -> None:
         self._check()
         if self._dropped:
             dropped, self._dropped = self._dropped, []
             self._outbox.put(_dumps(("drop", -1, dropped)))
-            self._expected.append("drop")
+            self._expected.append(("drop", -1))
+            for h in dropped:
+                self._stats.pop(h, None)
         self._outbox.put(_dumps((op, handle, payload)))
-        self._expected.append(op)
+        self._expected.append((op, handle))
 
     def _receive_one(self) -> Any:
         """Wait for the oldest answer, hand on what it carries and return its result."""
-        op = self._expected[0]
+        op, handle = self._expected[0]
         try:
             data = self._conn.recv_bytes()
         except (EOFError, OSError):
             self._fail("the core process ended")
-        windows, letters, result, error = pickle.loads(data)
+        windows, letters, result, error, stats = pickle.loads(data)
         self._expected.popleft()
+        if stats is not None or op == "stats":
+            self._stats[handle] = stats if stats is not None else result
         if op == "batch":
             self._in_flight -= 1
         sink = self.dead_letters
@@ -355,7 +378,9 @@ class RemoteProcessor:
         return self.core.call("snapshot", self.handle)  # type: ignore[no-any-return]
 
     def stats(self) -> StreamStats:
-        return self.core.call("stats", self.handle)  # type: ignore[no-any-return]
+        """The stats as of the latest answered request (behind the batches in flight by at most
+        ``max_in_flight`` polls; exact after a snapshot, which every checkpoint and shutdown takes)."""
+        return self.core.latest_stats(self.handle)
 
 
 class InProcessCores:

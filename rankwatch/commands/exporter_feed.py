@@ -29,7 +29,7 @@ class WindowBatcher:
     The exporter rebuilds its online gauges (merging partitions, AUCs, rollups) once per call; a Kafka
     backlog replayed fast publishes many windows a second, and one rebuild each cost more than the whole
     streaming core (docs/benchmarks.md). :class:`ExporterFeed` asks for a flush on every health refresh
-    (about once a second) and forces one at shutdown.
+    (every 0.25 s) and forces one at shutdown.
 
     A rebuild is kept to ``budget`` (5 %) of the wall time: after a rebuild that took ``c`` seconds the
     next one waits ``c / budget`` (at most ``max_interval_s``, 60 s). A rebuild of a few milliseconds
@@ -37,18 +37,25 @@ class WindowBatcher:
     windows close every second, the quality gauges on /metrics lag by 2-30 s (the health and event
     counters are not delayed: they are applied every second). The rebuild runs on the exporter feed's
     thread, but it still takes the consuming process's GIL for its Python parts, hence the budget.
+
+    The cost of the first rebuild is not known before it runs, so it waits ``first_delay_s`` (5 s) after
+    the first window arrived: a service started on a backlog catches up for those seconds instead of
+    spending them on gauges of windows that are superseded at once. Live, the first window closes minutes
+    after the start, and 5 s more is nothing.
     """
 
     def __init__(self, publish_many: Callable[[list[Any]], object], *, max_pending: int = 1_000,
-                 budget: float = 0.05, max_interval_s: float = 60.0,
+                 budget: float = 0.05, max_interval_s: float = 60.0, first_delay_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.publish_many = publish_many
         self.max_pending = max_pending
-        self.budget, self.max_interval_s, self.clock = budget, max_interval_s, clock
+        self.budget, self.max_interval_s, self.first_delay_s, self.clock = budget, max_interval_s, first_delay_s, clock
         self.pending: list[Any] = []
-        self._next = float("-inf")  # earliest time of the next rebuild
+        self._next: float | None = None  # earliest time of the next rebuild (None: no window yet)
 
     def add(self, window: Any) -> None:
+        if self._next is None:
+            self._next = self.clock() + self.first_delay_s
         self.pending.append(window)
         if len(self.pending) >= self.max_pending:
             self.flush(force=True)
@@ -56,7 +63,7 @@ class WindowBatcher:
     def flush(self, *, force: bool = False) -> bool:
         """Hand the pending windows over, unless the rebuild budget says wait (``force``: now). True when
         a batch was handed over."""
-        if not self.pending or (not force and self.clock() < self._next):
+        if not self.pending or (not force and self._next is not None and self.clock() < self._next):
             return False
         batch, self.pending = self.pending, []
         start = self.clock()
@@ -97,7 +104,7 @@ class ExporterFeed:
             self._windows.append(window)
 
     def health(self, health: Any) -> None:
-        """The service's health (about once a second): wakes the thread; only the latest one is applied."""
+        """The service's health (every 0.25 s): wakes the thread; only the latest one is applied."""
         with self._cond:
             self._health = health
             self._cond.notify()

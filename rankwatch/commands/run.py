@@ -2,7 +2,7 @@
 
 Wiring only: :class:`consumers.service.ConsumerService` consumes and publishes; every published window
 goes to :func:`window_sink` (``--windows-out`` writer, deduplicated by identity, and the exporter state);
-the service's health goes to the exporter about once a second. SIGTERM and SIGINT stop the loop, which
+the service's health goes to the exporter every 0.25 s. SIGTERM and SIGINT stop the loop, which
 finishes its batch, checkpoints, commits and closes; the exit status is then 0. The exit is bounded, also
 when Kafka is unreachable: the service gives up its final checkpoint in an outage and closes its clients
 within ``shutdown_timeout``; a backstop ends the process (status 0) 10 s after that.

@@ -43,7 +43,7 @@ def _health(n: int) -> Any:
 
 def test_windows_and_then_the_health_are_applied_on_the_feed_thread() -> None:
     state = FakeState()
-    feed = ExporterFeed(state, batcher=WindowBatcher(state.publish_windows, budget=1e-9))  # 2nd rebuild waits
+    feed = ExporterFeed(state, batcher=WindowBatcher(state.publish_windows, budget=1e-9, first_delay_s=0.0))  # 2nd rebuild waits
     feed.add("w1")
     feed.add("w2")
     feed.health(_health(1))
@@ -63,7 +63,7 @@ def test_windows_and_then_the_health_are_applied_on_the_feed_thread() -> None:
 
 def test_an_exporter_error_is_logged_and_counted_and_the_feed_goes_on(caplog: Any) -> None:
     state = FakeState(fail_first=True)
-    feed = ExporterFeed(state)
+    feed = ExporterFeed(state, batcher=WindowBatcher(state.publish_windows, first_delay_s=0.0))
     feed.add("w1")
     feed.health(_health(1))
     assert state.applied.wait(5)  # the health is still applied after the failed rebuild

@@ -22,7 +22,7 @@ def test_a_cheap_rebuild_is_never_delayed_and_an_expensive_one_waits_cost_over_b
         batches.append(batch)
         clock.now += cost[0]  # the rebuild takes this long
 
-    b = WindowBatcher(publish, budget=0.05, max_interval_s=10.0, clock=clock)
+    b = WindowBatcher(publish, budget=0.05, max_interval_s=10.0, first_delay_s=0.0, clock=clock)
     assert not b.flush()  # nothing pending
     b.add(1)
     assert b.flush() and batches == [[1]]
@@ -51,7 +51,7 @@ def test_the_wait_is_capped_and_a_full_batch_goes_at_once() -> None:
         batches.append(batch)
         clock.now += 5.0  # absurdly slow: the wait is capped at max_interval_s
 
-    b = WindowBatcher(publish, max_pending=3, budget=0.05, max_interval_s=10.0, clock=clock)
+    b = WindowBatcher(publish, max_pending=3, budget=0.05, max_interval_s=10.0, first_delay_s=0.0, clock=clock)
     b.add(1)
     b.flush()
     clock.now += 10.0
@@ -60,3 +60,17 @@ def test_the_wait_is_capped_and_a_full_batch_goes_at_once() -> None:
     for i in (3, 4, 5):
         b.add(i)  # the third pending window forces a flush (bounded memory)
     assert batches[-1] == [3, 4, 5] and not b.pending
+
+
+def test_the_first_rebuild_waits_first_delay_after_the_first_window() -> None:
+    clock = Clock()
+    batches: list[list[int]] = []
+    b = WindowBatcher(batches.append, first_delay_s=5.0, clock=clock)
+    clock.now += 100.0  # no window for a long time: the delay starts with the first one
+    b.add(1)
+    assert not b.flush()
+    clock.now += 4.9
+    b.add(2)
+    assert not b.flush() and not batches
+    clock.now += 0.1
+    assert b.flush() and batches == [[1, 2]]
