@@ -38,7 +38,6 @@ import pickle
 import queue
 import signal
 import threading
-import time
 import traceback
 import weakref
 from collections import deque
@@ -321,7 +320,6 @@ class CoreProcess:
         ours, theirs = ctx.Pipe(duplex=True)
         self._process = ctx.Process(target=_serve, args=(theirs, _dumps(self.config)), name="rankwatch-core",
                                     daemon=True)
-        started = time.monotonic()
         self._process.start()
         theirs.close()
         self._conn = ours
@@ -330,7 +328,7 @@ class CoreProcess:
         self._sender = threading.Thread(target=_send_loop, args=(ours, self._outbox), name="rankwatch-core-sender",
                                         daemon=True)
         self._sender.start()
-        log.info("streaming core in process %d (started in %.1f s)", self._process.pid, time.monotonic() - started)
+        log.info("streaming core in process %d", self._process.pid)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the worker (its state is in the checkpoints by now) and wait for it, bounded."""
