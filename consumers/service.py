@@ -40,9 +40,7 @@ from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.fetch_compat import (
-    cached_partitions,
     known_position,
-    parked_partitions,
     release_parked,
 )
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
@@ -50,6 +48,7 @@ from rankwatch.consumers.rebalance import Rebalancer
 from rankwatch.consumers.settings import KafkaSettings
 from rankwatch.consumers.stats import ServiceHealth, merge_stats
 from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, TopicError, check_copartitioned, ensure_topic
+from rankwatch.consumers.watchdog import Watchdog
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream import StreamConfig
@@ -113,10 +112,8 @@ class ConsumerService:
         self._cores: CoreProcess | InProcessCores = (
             CoreProcess(stream, clock=clock, publish=self._publish) if kafka.core_process
             else InProcessCores(stream, clock=clock))
-        self._topics_bad_since: float | None = None
+        self._watchdog = Watchdog(self)
         self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
-        self._fed_marks: dict[int, tuple[int | None, ...]] = {}  # stall watch: fed offsets 30 s ago
-        self._stalled: set[int] = set()
         self.partitions = 0
 
     # -- public API ------------------------------------------------------------------------------------
@@ -257,25 +254,8 @@ class ConsumerService:
             self._refresh_health(running=True)
             last["health"] = now
         if now - last["watch"] >= 30.0:
-            self._watch_stalls()
+            self._watchdog.watch_stalls()
             last["watch"] = now
-
-    def _watch_stalls(self) -> None:
-        """One WARNING line for a pair holding records that fed nothing for 30 s with Kafka reachable (the
-        issue 15 stall was silent); it names what the pair waits for."""
-        with self._lock:
-            for p, pair in self._pairs.items():
-                mark = tuple(pair.next_offset.get(tp) for tp in pair.buffers)
-                stalled = any(pair.buffers.values()) and self._fed_marks.get(p) == mark
-                if stalled and not self._outage.active and p not in self._stalled:
-                    log.warning("pair %d fed nothing for 30 s: buffered %s, paused %s, parked %s", p,
-                                {tp.topic: len(b) for tp, b in pair.buffers.items()},
-                                sorted(tp.topic for tp in self._paused if tp.partition == p),
-                                sorted(tp.topic for tp in parked_partitions(self._consumer) if tp.partition == p))
-                    self._stalled.add(p)
-                elif not stalled:
-                    self._stalled.discard(p)
-                self._fed_marks[p] = mark
 
     def _step(self, step: str, fn: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
         """:meth:`KafkaOutage.attempt`, with group events (a commit refused by a rebalance...) logged."""
@@ -298,27 +278,7 @@ class ConsumerService:
             self._outage.succeeded()
 
     def _check_topics(self, now: float) -> None:
-        """A topic gone, or the two topics no longer co-partitioned, for 60 s: fatal (one line)."""
-        consumer = self._consumer
-        assert consumer is not None
-        k = self.kafka
-        if getattr(consumer, "_cluster", None) is None:
-            return  # another kafka-python: no cache to read without I/O
-        counts = [cached_partitions(consumer, t) for t in (k.impressions_topic, k.clicks_topic)]
-        if all(counts) and len(counts[0] or ()) == len(counts[1] or ()):
-            self._topics_bad_since = None
-            return
-        if self._outage.active:
-            return  # metadata of an unreachable cluster says nothing
-        if self._topics_bad_since is None:
-            self._topics_bad_since = now
-        elif now - self._topics_bad_since >= 60.0:
-            if not all(counts):
-                missing = [t for t, c in zip((k.impressions_topic, k.clicks_topic), counts, strict=True) if not c]
-                raise FatalKafkaError(f"topic {missing[0]} does not exist any more")
-            raise FatalKafkaError(
-                f"topics {k.impressions_topic} and {k.clicks_topic} are no longer co-partitioned "
-                f"({len(counts[0] or ())} and {len(counts[1] or ())} partitions)")
+        self._watchdog.check_topics(now)
 
     # -- feeding ---------------------------------------------------------------------------------------
     def _caught_up(self, tp: Any) -> bool:

@@ -1,0 +1,70 @@
+"""Watches of the consuming loop that end in one log line or one fatal error (issue 15).
+
+:class:`Watchdog` holds what they remember between turns: :meth:`Watchdog.watch_stalls` (every 30 s) names
+a pair that holds records but fed nothing, with Kafka reachable (the issue 15 stall was silent);
+:meth:`Watchdog.check_topics` (every 5 s) ends the service with one line when a topic is gone, or the two
+topics are no longer co-partitioned, for 60 s (an admin adding partitions to both topics one after the
+other passes through a moment of difference).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rankwatch.consumers.fetch_compat import cached_partitions, parked_partitions
+from rankwatch.consumers.outage import FatalKafkaError
+
+log = logging.getLogger("rankwatch.consumers.service")  # the service's lines, as before the split
+
+
+class Watchdog:
+    """The stall and topic watches of ``svc`` (a :class:`consumers.service.ConsumerService`)."""
+
+    def __init__(self, svc: Any) -> None:
+        self.svc = svc
+        self.fed_marks: dict[int, tuple[int | None, ...]] = {}  # fed offsets at the last watch
+        self.stalled: set[int] = set()
+        self.topics_bad_since: float | None = None
+
+    def watch_stalls(self) -> None:
+        """One WARNING line for a pair holding records that fed nothing for 30 s with Kafka reachable (the
+        issue 15 stall was silent); it names what the pair waits for."""
+        svc = self.svc
+        with svc._lock:
+            for p, pair in svc._pairs.items():
+                mark = tuple(pair.next_offset.get(tp) for tp in pair.buffers)
+                stalled = any(pair.buffers.values()) and self.fed_marks.get(p) == mark
+                if stalled and not svc._outage.active and p not in self.stalled:
+                    log.warning("pair %d fed nothing for 30 s: buffered %s, paused %s, parked %s", p,
+                                {tp.topic: len(b) for tp, b in pair.buffers.items()},
+                                sorted(tp.topic for tp in svc._paused if tp.partition == p),
+                                sorted(tp.topic for tp in parked_partitions(svc._consumer) if tp.partition == p))
+                    self.stalled.add(p)
+                elif not stalled:
+                    self.stalled.discard(p)
+                self.fed_marks[p] = mark
+
+    def check_topics(self, now: float) -> None:
+        """A topic gone, or the two topics no longer co-partitioned, for 60 s: fatal (one line)."""
+        svc = self.svc
+        consumer = svc._consumer
+        assert consumer is not None
+        k = svc.kafka
+        if getattr(consumer, "_cluster", None) is None:
+            return  # another kafka-python: no cache to read without I/O
+        counts = [cached_partitions(consumer, t) for t in (k.impressions_topic, k.clicks_topic)]
+        if all(counts) and len(counts[0] or ()) == len(counts[1] or ()):
+            self.topics_bad_since = None
+            return
+        if svc._outage.active:
+            return  # metadata of an unreachable cluster says nothing
+        if self.topics_bad_since is None:
+            self.topics_bad_since = now
+        elif now - self.topics_bad_since >= 60.0:
+            if not all(counts):
+                missing = [t for t, c in zip((k.impressions_topic, k.clicks_topic), counts, strict=True) if not c]
+                raise FatalKafkaError(f"topic {missing[0]} does not exist any more")
+            raise FatalKafkaError(
+                f"topics {k.impressions_topic} and {k.clicks_topic} are no longer co-partitioned "
+                f"({len(counts[0] or ())} and {len(counts[1] or ())} partitions)")
