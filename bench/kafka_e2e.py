@@ -8,13 +8,17 @@ Needs a running broker (``deploy/kafka/local.sh start``; ``--bootstrap-servers``
    confluent-kafka (librdkafka, ``consume(num_messages=2000)``, ``check.crcs=true``; the physical reference
    for a Python consumer here) and kafka-python (``max_poll_records=2000``, ``check_crcs=True``, the
    ``crc32c`` C extension), the client ``rankwatch run`` uses with the same settings.
-3. ``rankwatch run``: :class:`consumers.service.ConsumerService` with the exporter's ``MetricsState`` as the
-   window and health sink, exactly as the command wires them (without the HTTP server), in a child process
+3. ``rankwatch run``: :class:`consumers.service.ConsumerService` with the exporter's ``MetricsState`` (through
+   the ``ExporterFeed`` thread) as the window and health sink, exactly as the command wires them (without
+   the HTTP server), the streaming cores in their own process (``--in-process-core``: not), in a child process
    with a fresh group. Checkpoints, alignment and dead letters are all on.
 4. Scale-out: two such children in one group, against one child, timed the same way. The broker runs on
    the same 2 cores, so two instances compete with it and with each other: the ratio is a floor.
 
 Every rate is timed from the first record to the last one (group joins and client start-up left out).
+``--cli`` adds ``rankwatch run --config`` itself, timed from the outside as a user would: its /metrics
+scraped every 50 ms, from the first event counted to the final count (the counters move every 0.25 s).
+The CPU of ``rankwatch run`` is that of both of its processes; the last lines split it.
 Prints each run, medians over ``--repeat`` runs, and the ratios within each run (goal >= 0.6).
 
     python bench/kafka_e2e.py --requests 30000 --repeat 3
@@ -204,6 +208,75 @@ def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list
     return n / (last - first), n / (consuming + core), 1e6 * consuming / n, 1e6 * core / n
 
 
+def _events_counted(url: str) -> float | None:
+    """Sum of ``rankwatch_events_total`` over every stream and outcome on ``url`` (None: not answering)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("rankwatch_events_total{"))
+
+
+def cli_rate(boot: str, prefix: str, windows: str, attribution: str, core_process: bool, quiet_s: float = 4.0) -> float:
+    """``rankwatch run --config`` as a user starts it, timed from the outside: /metrics scraped every 50 ms,
+    messages per second from the first scrape with events counted to the first one at the final count
+    (the counters move once a second, with the health refresh: a run of a few seconds carries +-1 s)."""
+    import socket
+    import tempfile
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sizes = ", ".join(f'"{w}"' for w in windows.split(","))
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "run.toml"
+        config.write_text(f"""
+[kafka]
+bootstrap_servers = ["{boot}"]
+group_id = "{prefix}-cli-{uuid.uuid4().hex[:6]}"
+max_poll_records = {POLL_RECORDS}
+core_process = {str(core_process).lower()}
+[topics]
+impressions = "{prefix}-imp"
+clicks = "{prefix}-clk"
+checkpoints = "{prefix}.checkpoints"
+dead_letter = "{prefix}.dead-letters"
+[windows]
+sizes = [{sizes}]
+attribution = "{attribution}"
+[exporter]
+enabled = true
+port = {port}
+""")
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        proc = subprocess.Popen([sys.executable, "-m", "rankwatch", "run", "--config", str(config), "--log-level", "warning"],
+                                env=env, stdout=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}/metrics"
+        first = last = None
+        count = 0.0
+        try:
+            while True:
+                now, got = time.perf_counter(), _events_counted(url)
+                if got:
+                    if first is None:
+                        first, first_count = now, got
+                    if got != count:
+                        count, last = got, now
+                    elif now - last > quiet_s:
+                        break
+                if proc.poll() is not None:
+                    raise SystemExit(f"rankwatch run exited with {proc.returncode}")
+                time.sleep(0.05)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    assert first is not None and last is not None and last > first, "no events counted"
+    return (count - first_count) / (last - first)
+
+
 def publication_delay(boot: str, prefix: str, seconds: float) -> list[float]:
     client = {"bootstrap_servers": [boot]}
     for t in ("imp", "clk"):
@@ -245,6 +318,8 @@ def main() -> None:
                         help="requests per second of event time in the filled traffic (all partitions together)")
     parser.add_argument("--windows", default="1m,5m", help="window sizes of rankwatch run (product default: 5m,1h)")
     parser.add_argument("--attribution", default="1m", help="attribution window (product default: 30m)")
+    parser.add_argument("--cli", action="store_true",
+                        help="also time `rankwatch run --config` from the outside (its /metrics event counters)")
     parser.add_argument("--in-process-core", action="store_true",
                         help="rankwatch run with [kafka] core_process = false (the core in the consuming process)")
     parser.add_argument("--child", nargs=2, metavar=("PREFIX", "GROUP"), help=argparse.SUPPRESS)
@@ -263,7 +338,7 @@ def main() -> None:
     print(f"filled {total} messages ({args.requests} requests, 20 items each, {args.rate:g} requests/s of event time, "
           f"{args.partitions} partitions per topic) in {time.perf_counter() - t0:.1f} s; rankwatch run: windows "
           f"{args.windows}, attribution {args.attribution}")
-    rows: dict[str, list[tuple[float, ...]]] = {"confluent": [], "raw": [], "run": [], "run2": []}
+    rows: dict[str, list[tuple[float, ...]]] = {"confluent": [], "raw": [], "run": [], "run2": [], "cli": []}
     for i in range(args.repeat):
         # Interleaved, so a change of the machine's load hits every consumer alike.
         rows["confluent"].append(confluent_rate(boot, prefix, args.partitions, total))
@@ -272,6 +347,9 @@ def main() -> None:
         (cw, cc), (rw, rc), (sw, sc, *_) = rows["confluent"][-1], rows["raw"][-1], rows["run"][-1]
         line = (f"run {i + 1}: msg/s wall (CPU): confluent-kafka {cw:,.0f} ({cc:,.0f}), kafka-python {rw:,.0f} ({rc:,.0f}), "
                 f"rankwatch run {sw:,.0f} ({sc:,.0f}); run/kafka-python {sw / rw:.2f} wall, {sc / rc:.2f} CPU")
+        if args.cli:
+            rows["cli"].append((cli_rate(boot, prefix, args.windows, args.attribution, not args.in_process_core),))
+            line += f"; CLI from /metrics {rows['cli'][-1][0]:,.0f} ({rows['cli'][-1][0] / rw:.2f}x kafka-python)"
         if not args.no_scale_out:
             rows["run2"].append(service_rate(boot, prefix, 2, total, extra))
             line += f"; 2 instances {rows['run2'][-1][0]:,.0f} ({rows['run2'][-1][0] / sw:.2f}x one)"
@@ -290,6 +368,10 @@ def main() -> None:
     print(f"per message: kafka-python {1e6 / med('raw', 1):.1f} us CPU, rankwatch run {1e6 / med('run', 1):.1f} us CPU "
           f"(rankwatch adds {1e6 / med('run', 1) - 1e6 / med('raw', 1):.1f} us): consuming process {med('run', 2):.1f} us, "
           f"core process {med('run', 3):.1f} us (the slower of the two sets the rate when both have a core)")
+    if rows["cli"]:
+        ext = [c[0] / r[0] for c, r in zip(rows["cli"], rows["raw"], strict=True)]
+        print(f"rankwatch run CLI timed from /metrics / kafka-python (wall): {', '.join(f'{x:.2f}' for x in ext)} "
+              f"(median {statistics.median(ext):.2f}, goal >= 0.6)")
     if rows["run2"]:
         scale = [b[0] / a[0] for a, b in zip(rows["run"], rows["run2"], strict=True)]
         print(f"two instances / one (wall): {', '.join(f'{x:.2f}' for x in scale)} (median {statistics.median(scale):.2f}; "
