@@ -33,14 +33,21 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from rankwatch.pipeline.columns import (
+    as_numbers,
+    id_codes,
+    label_codes,
+    missing_text,
+    number_problem,
+    user_codes,
+)
 from rankwatch.pipeline.grouping import (
     differs_from_previous,
     duplicate_positions,
     first_rows,
     renumber,
-    strictly_increasing,
 )
-from rankwatch.pipeline.slicing import SLICE_LABELS, UNKNOWN_VALUE
+from rankwatch.pipeline.slicing import SLICE_LABELS
 
 IntArray = npt.NDArray[np.int64]
 REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "item_id", "score", "label")
@@ -305,24 +312,24 @@ def _validate(
     n = len(frame)
     valid = np.ones(n, dtype=bool)
 
-    req_codes, req_ok = _id_codes(frame["request_id"])
+    req_codes, req_ok = id_codes(frame["request_id"])
     _check(rej, valid, ~req_ok, "missing_request_id", lambda i: "request_id is missing")
-    _check(rej, valid, _missing_text(frame["item_id"]), "missing_item_id", lambda i: "item_id is missing")
+    _check(rej, valid, missing_text(frame["item_id"]), "missing_item_id", lambda i: "item_id is missing")
 
-    score = _numbers(frame["score"])
-    _check(rej, valid, ~np.isfinite(score), "bad_score", lambda i: _number_problem("score", frame["score"], i))
-    label = _numbers(frame["label"])
+    score = as_numbers(frame["score"])
+    _check(rej, valid, ~np.isfinite(score), "bad_score", lambda i: number_problem("score", frame["score"], i))
+    label = as_numbers(frame["label"])
     with np.errstate(invalid="ignore"):
         bad_label = ~((label >= 0) & (label < np.inf))  # NaN fails both comparisons
-    _check(rej, valid, bad_label, "bad_label", lambda i: _number_problem("label", frame["label"], i, ">= 0"))
+    _check(rej, valid, bad_label, "bad_label", lambda i: number_problem("label", frame["label"], i, ">= 0"))
     position: npt.NDArray[np.float64] | None = None
     if "position" in frame.columns:
-        position = _numbers(frame["position"])
+        position = as_numbers(frame["position"])
         pos_ok = np.isfinite(position) & (np.nan_to_num(position, nan=0.0) >= 1)
         pos_ok &= np.nan_to_num(position, nan=0.0) == np.floor(np.nan_to_num(position, nan=0.0))
         _check(
             rej, valid, ~pos_ok, "bad_position",
-            lambda i: _number_problem("position", frame["position"], i, "an integer >= 1"),
+            lambda i: number_problem("position", frame["position"], i, "an integer >= 1"),
         )  # fmt: skip
 
     # Requests are renumbered over the rows still valid so that codes follow first appearance. ``keep``
@@ -346,10 +353,10 @@ def _validate(
         column = frame[label_name].iloc[keep]
         if grouped and not np.any(differs_from_previous(column) & same_request):
             # Rows arrive grouped by request and every request is uniform: read the first rows only.
-            first_codes, values = (_user_codes if label_name == USER_COLUMN else _label_codes)(column.iloc[first])
+            first_codes, values = (user_codes if label_name == USER_COLUMN else label_codes)(column.iloc[first])
             labels[label_name] = RequestLabels(first_codes, values)
             continue
-        value_codes, values = (_user_codes if label_name == USER_COLUMN else _label_codes)(frame[label_name])
+        value_codes, values = (user_codes if label_name == USER_COLUMN else label_codes)(frame[label_name])
         per_row = value_codes[keep]
         differs = per_row != per_row[first][codes]
         _check_subset(
@@ -412,112 +419,3 @@ def _check_subset(
     bad = np.zeros(valid.size, dtype=bool)
     bad[rows[np.asarray(bad_sub, dtype=bool)]] = True
     _check(rej, valid, bad, reason, explain)
-
-
-def _id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
-    """Codes of an id column with ids compared as text (``7`` and ``"7"`` are one id); blank is missing.
-
-    Codes number the ids by first appearance. Evaluation sets are usually grouped by request: then the
-    runs of equal adjacent ids are the requests, and only the first id of each run needs hashing (to
-    prove that no id comes back later), a tenth of the work of factorising every row.
-    """
-    typed = column.dtype != object and (
-        pd.api.types.is_string_dtype(column.dtype) or pd.api.types.is_integer_dtype(column.dtype)
-    )
-    if typed and len(column) > 1 and not column.hasnans:
-        run_start = np.empty(len(column), dtype=bool)
-        run_start[0] = True
-        run_start[1:] = differs_from_previous(column)
-        starts = np.flatnonzero(run_start)
-        run_values = column.iloc[starts].reset_index(drop=True)
-        # Ids sorted within the file are distinct when strictly increasing: no hashing needed.
-        run_ids = run_values if strictly_increasing(run_values) else pd.factorize(run_values)[1]
-        if len(run_ids) == starts.size:  # every id is one contiguous run
-            codes = np.repeat(np.arange(starts.size, dtype=np.int64), np.diff(starts, append=len(column)))
-            blank_runs = _blank_ids(run_ids)
-            return codes, (~np.isin(codes, blank_runs) if blank_runs.size else np.ones(codes.size, dtype=bool))
-    codes, uniques = pd.factorize(column)
-    codes = codes.astype(np.int64, copy=False)
-    if uniques.dtype == object:
-        # Mixed types (JSONL): compare as text, so renumber the distinct values after str().
-        text = pd.Series([str(u) for u in uniques], dtype=object)
-        norm_codes, norm_uniques = pd.factorize(text)
-        codes = np.append(norm_codes, -1).astype(np.int64)[codes]  # index -1 (missing) stays -1
-        uniques = pd.Index(norm_uniques)
-    ok = codes >= 0
-    blank = _blank_ids(uniques)
-    if blank.size:
-        ok &= ~np.isin(codes, blank)
-    return codes, ok
-
-
-def _blank_ids(uniques: Any) -> IntArray:
-    """Indices of empty or whitespace-only ids among distinct ids."""
-    if not pd.api.types.is_string_dtype(uniques.dtype):
-        return np.empty(0, dtype=np.int64)
-    blank = (pd.Series(uniques).str.strip() == "").to_numpy(dtype=bool, na_value=True)
-    return np.flatnonzero(blank).astype(np.int64)
-
-
-def _missing_text(column: pd.Series) -> npt.NDArray[np.bool_]:
-    """Missing or empty values of a text column (without factorising millions of distinct ids)."""
-    missing = column.isna().to_numpy(dtype=bool, copy=True)
-    if pd.api.types.is_string_dtype(column.dtype) and column.dtype != object:
-        missing |= (column == "").to_numpy(dtype=bool, na_value=True)
-    elif column.dtype == object:
-        missing |= column.map(lambda v: isinstance(v, str) and not v).to_numpy(dtype=bool)
-    return missing
-
-
-def _label_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:
-    """Codes of a slice label column; missing and empty values are ``"unknown"``."""
-    codes, uniques = pd.factorize(column)
-    text = [str(u).strip() or UNKNOWN_VALUE for u in uniques] + [UNKNOWN_VALUE]
-    norm_codes, norm_uniques = pd.factorize(pd.Series(text, dtype=object))
-    return norm_codes.astype(np.int64)[codes], tuple(str(u) for u in norm_uniques)
-
-
-def _user_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:
-    """Codes of the ``user_id`` column (issue 13), without the label path's per-value normalisation;
-    ``-1`` where the user is missing (``pipeline.offline`` makes each such request a GAUC group of its own)."""
-    codes, uniques = pd.factorize(column)
-    return codes.astype(np.int64), tuple(np.asarray(uniques, dtype=object).astype(str).tolist())
-
-
-def _numbers(column: pd.Series) -> npt.NDArray[np.float64]:
-    """Column as float64, NaN where missing or not a number (booleans are not numbers)."""
-    if pd.api.types.is_bool_dtype(column.dtype):
-        return np.full(len(column), np.nan)
-    if pd.api.types.is_numeric_dtype(column.dtype):
-        return column.to_numpy(dtype=np.float64, na_value=np.nan)
-    if column.dtype == object:  # JSONL values, or files of different column types concatenated
-        return np.fromiter((_to_float(v) for v in column), dtype=np.float64, count=len(column))
-    if not pd.api.types.is_string_dtype(column.dtype):
-        return np.full(len(column), np.nan)  # dates, categories of non-numbers, ...: not numbers
-    return pd.to_numeric(column.str.strip(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def _to_float(value: Any) -> float:
-    """A JSON number or numeric text as float; NaN for anything else (booleans, objects, lists, null)."""
-    if isinstance(value, bool):
-        return np.nan
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return np.nan
-    return np.nan
-
-
-def _number_problem(name: str, column: pd.Series, row: int, must_be: str = "") -> str:
-    raw = column.iloc[row]
-    if raw is None or (isinstance(raw, float) and np.isnan(raw)) or (isinstance(raw, str) and not raw.strip()):
-        return f"{name} is missing"
-    value = _numbers(column.iloc[row : row + 1])[0]
-    if np.isnan(value):
-        return f"{name} is not a number: {raw!r}"
-    if not np.isfinite(value):
-        return f"{name} is not finite: {raw!r}"
-    return f"{name} must be {must_be}, got {raw!r}"
