@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from rankwatch.pipeline.grouping import differs_from_previous, strictly_increasing
+from rankwatch.pipeline.grouping import arrow_differs, differs_from_previous, strictly_increasing
 from rankwatch.pipeline.slicing import UNKNOWN_VALUE
 
 IntArray = npt.NDArray[np.int64]
@@ -26,13 +26,25 @@ def id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
     runs of equal adjacent ids are the requests, and only the first id of each run needs hashing (to
     prove that no id comes back later), a tenth of the work of factorising every row.
     """
+    codes, ok, _ = id_codes_and_runs(column)
+    return codes, ok
+
+
+def id_codes_and_runs(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_], Any | None]:
+    """:func:`id_codes` and, when every id is one contiguous run of an Arrow-backed column, the
+    :func:`pipeline.grouping.arrow_differs` bits of the column (true where the next row starts a new id),
+    else ``None``. Validation checks the label columns against those bits without comparing the ids again."""
     typed = column.dtype != object and (
         pd.api.types.is_string_dtype(column.dtype) or pd.api.types.is_integer_dtype(column.dtype)
     )
     if typed and len(column) > 1 and not column.hasnans:
         run_start = np.empty(len(column), dtype=bool)
         run_start[0] = True
-        run_start[1:] = differs_from_previous(column)
+        differs = arrow_differs(column)
+        if differs is None:
+            run_start[1:] = differs_from_previous(column)
+        else:
+            run_start[1:] = differs.to_numpy(zero_copy_only=False)
         starts = np.flatnonzero(run_start)
         run_values = column.iloc[starts].reset_index(drop=True)
         # Ids sorted within the file are distinct when strictly increasing: no hashing needed.
@@ -40,7 +52,8 @@ def id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
         if len(run_ids) == starts.size:  # every id is one contiguous run
             codes = np.repeat(np.arange(starts.size, dtype=np.int64), np.diff(starts, append=len(column)))
             blank_runs = blank_ids(run_ids)
-            return codes, (~np.isin(codes, blank_runs) if blank_runs.size else np.ones(codes.size, dtype=bool))
+            ok = ~np.isin(codes, blank_runs) if blank_runs.size else np.ones(codes.size, dtype=bool)
+            return codes, ok, differs
     codes, uniques = pd.factorize(column)
     codes = codes.astype(np.int64, copy=False)
     if uniques.dtype == object:
@@ -53,7 +66,7 @@ def id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
     blank = blank_ids(uniques)
     if blank.size:
         ok &= ~np.isin(codes, blank)
-    return codes, ok
+    return codes, ok, None
 
 
 def blank_ids(uniques: Any) -> IntArray:
@@ -65,7 +78,17 @@ def blank_ids(uniques: Any) -> IntArray:
 
 
 def missing_text(column: pd.Series) -> npt.NDArray[np.bool_]:
-    """Missing or empty values of a text column (without factorising millions of distinct ids)."""
+    """Missing or empty values of a text column (without factorising millions of distinct ids).
+
+    An Arrow-backed column without nulls whose shortest value is not empty has neither: answered from
+    the value lengths, without comparing every value with ``""`` and converting the result.
+    """
+    chunked = getattr(column.array, "_pa_array", None)
+    if chunked is not None and chunked.null_count == 0 and len(column):
+        import pyarrow.compute as pc
+
+        if pc.min(pc.binary_length(chunked)).as_py() > 0:
+            return np.zeros(len(column), dtype=bool)
     missing = column.isna().to_numpy(dtype=bool, copy=True)
     if pd.api.types.is_string_dtype(column.dtype) and column.dtype != object:
         missing |= (column == "").to_numpy(dtype=bool, na_value=True)
@@ -85,6 +108,18 @@ def label_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:
 def user_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:
     """Codes of the ``user_id`` column (issue 13), without the label path's per-value normalisation;
     ``-1`` where the user is missing (``pipeline.offline`` makes each such request a GAUC group of its own)."""
+    chunked = getattr(column.array, "_pa_array", None)
+    if chunked is not None:  # Arrow's dictionary encoding: the same first-appearance codes, faster
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        encoded = pc.dictionary_encode(chunked)
+        encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
+        codes = encoded.indices.to_numpy(zero_copy_only=False) if encoded.null_count == 0 else (
+            encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        )
+        # numpy's str conversion (the general path) drops trailing NULs: so does rstrip, for equal names.
+        return codes.astype(np.int64), tuple(v.rstrip("\x00") for v in encoded.dictionary.to_pylist())
     codes, uniques = pd.factorize(column)
     return codes.astype(np.int64), tuple(np.asarray(uniques, dtype=object).astype(str).tolist())
 

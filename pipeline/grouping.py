@@ -6,6 +6,8 @@ and a stable order by ``(request, key)`` without a per-request Python loop.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -19,15 +21,43 @@ def renumber(codes: IntArray) -> IntArray:
     return new.astype(np.int64)
 
 
-def differs_from_previous(column: pd.Series) -> npt.NDArray[np.bool_]:
-    """``value[i + 1] != value[i]`` for every row but the first; missing values count as different."""
+def arrow_differs(column: pd.Series) -> Any | None:
+    """``value[i + 1] != value[i]`` as a pyarrow boolean array (missing counts as different), or ``None``
+    when the column is not Arrow-backed or has fewer than two rows.
+
+    Kept as Arrow bits so that checks combining two columns (:func:`uniform_within_runs`) stay in pyarrow:
+    converting the result to a numpy ``bool`` array costs a fifth of the comparison itself.
+    """
     values = column.array
     chunked = getattr(values, "_pa_array", None)  # pandas' Arrow-backed strings: compare in pyarrow directly
-    if chunked is not None and len(values) > 1:
-        import pyarrow.compute as pc
+    if chunked is None or len(values) < 2:
+        return None
+    import pyarrow.compute as pc
 
-        differs = pc.not_equal(chunked[1:], chunked[:-1]).fill_null(True)
+    return pc.not_equal(chunked[1:], chunked[:-1]).fill_null(True)
+
+
+def uniform_within_runs(column: pd.Series, run_differs: Any) -> bool | None:
+    """Whether ``column`` keeps one value along every run of rows, the runs ending where ``run_differs``
+    (an :func:`arrow_differs` result of the run column) is true; ``None`` if the column is not Arrow-backed.
+
+    Equivalent to ``not any(differs_from_previous(column) & ~run_differs)``, in Arrow bit operations
+    (no full-size numpy temporaries).
+    """
+    differs = arrow_differs(column)
+    if differs is None:
+        return None
+    import pyarrow.compute as pc
+
+    return not pc.any(pc.and_not(differs, run_differs)).as_py()
+
+
+def differs_from_previous(column: pd.Series) -> npt.NDArray[np.bool_]:
+    """``value[i + 1] != value[i]`` for every row but the first; missing values count as different."""
+    differs = arrow_differs(column)
+    if differs is not None:
         return np.asarray(differs.to_numpy(zero_copy_only=False), dtype=bool)
+    values = column.array
     result = values[1:] != values[:-1]
     if isinstance(result, np.ndarray):
         return result.astype(bool)
