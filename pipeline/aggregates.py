@@ -31,7 +31,7 @@ from rankwatch.pipeline.uncertainty import (
     auc_roc_stderr,
     mean_stderr,
     merge_moments,
-    shifted_moments,
+    shifted_moments_counted,
 )
 
 ResultValue = float | int | None
@@ -261,12 +261,12 @@ def aggregate_groups(
     with_rel = np.bincount(grp[has_rel], minlength=n_groups)
     items = np.bincount(grp, weights=metrics.lengths, minlength=n_groups)
     sums: dict[str, tuple[Any, Any, Any, Any]] = {}
+    zero = options.no_relevant == "zero"
+    g = grp if zero else grp[has_rel]  # the same lists for every metric: group and count them once
+    g_count = np.bincount(g, minlength=n_groups)
     for name, vals in metrics.values.items():
-        if options.no_relevant == "zero":
-            v, g = np.where(has_rel, vals, 0.0), grp
-        else:
-            v, g = vals[has_rel], grp[has_rel]
-        count, total, m2 = shifted_moments(v, g, n_groups)
+        v = np.where(has_rel, vals, 0.0) if zero else vals[has_rel]
+        count, total, m2 = shifted_moments_counted(v, g, n_groups, g_count)
         sums[name] = (count, total, np.bincount(g, weights=v * v, minlength=n_groups), m2)
     relevant = labels > 0
     if histograms is not None:

@@ -66,13 +66,29 @@ def shifted_moments(
     values: FloatArray, group: IntArray, n_groups: int
 ) -> tuple[IntArray, FloatArray, FloatArray]:
     """``(count, total, m2)`` per group, ``m2`` by a shifted two-pass sum (stable for near-equal values)."""
-    count = np.bincount(group, minlength=n_groups)
-    shift = np.zeros(n_groups)
-    shift[group] = values  # any one value of each group (the last written)
-    d = values - shift[group]
-    d_sum = np.bincount(group, weights=d, minlength=n_groups)
-    d_mean = np.divide(d_sum, count, out=np.zeros(n_groups), where=count > 0)
-    r = d - d_mean[group]
+    return shifted_moments_counted(values, group, n_groups, np.bincount(group, minlength=n_groups))
+
+
+def shifted_moments_counted(
+    values: FloatArray, group: IntArray, n_groups: int, count: IntArray
+) -> tuple[IntArray, FloatArray, FloatArray]:
+    """:func:`shifted_moments` given ``count = np.bincount(group, minlength=n_groups)``, for a caller
+    with several value arrays over the same groups (the metrics of one aggregation) that counts once.
+
+    With one group every shift and mean is one number: they are broadcast instead of gathered per value
+    (the same arithmetic, so the same results).
+    """
+    if n_groups == 1 and values.size:
+        d = values - values[-1]  # shift[group] holds the last value written
+        d_sum = np.bincount(group, weights=d, minlength=1)
+        r = d - d_sum[0] / count[0]
+    else:
+        shift = np.zeros(n_groups)
+        shift[group] = values  # any one value of each group (the last written)
+        d = values - shift[group]
+        d_sum = np.bincount(group, weights=d, minlength=n_groups)
+        d_mean = np.divide(d_sum, count, out=np.zeros(n_groups), where=count > 0)
+        r = d - d_mean[group]
     m2 = np.bincount(group, weights=r * r, minlength=n_groups)
     total = np.bincount(group, weights=values, minlength=n_groups)
     return count.astype(np.int64), total.astype(np.float64), m2.astype(np.float64)
