@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from rankwatch.pipeline.grouping import arrow_differs, differs_from_previous, strictly_increasing
+from rankwatch.pipeline.grouping import differs_from_previous, strictly_increasing
 from rankwatch.pipeline.slicing import UNKNOWN_VALUE
 
 IntArray = npt.NDArray[np.int64]
@@ -26,25 +26,13 @@ def id_codes(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_]]:
     runs of equal adjacent ids are the requests, and only the first id of each run needs hashing (to
     prove that no id comes back later), a tenth of the work of factorising every row.
     """
-    codes, ok, _ = id_codes_and_runs(column)
-    return codes, ok
-
-
-def id_codes_and_runs(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_], Any | None]:
-    """:func:`id_codes` and, when every id is one contiguous run of an Arrow-backed column, the
-    :func:`pipeline.grouping.arrow_differs` bits of the column (true where the next row starts a new id),
-    else ``None``. Validation checks the label columns against those bits without comparing the ids again."""
     typed = column.dtype != object and (
         pd.api.types.is_string_dtype(column.dtype) or pd.api.types.is_integer_dtype(column.dtype)
     )
     if typed and len(column) > 1 and not column.hasnans:
         run_start = np.empty(len(column), dtype=bool)
         run_start[0] = True
-        differs = arrow_differs(column)
-        if differs is None:
-            run_start[1:] = differs_from_previous(column)
-        else:
-            run_start[1:] = differs.to_numpy(zero_copy_only=False)
+        run_start[1:] = differs_from_previous(column)
         starts = np.flatnonzero(run_start)
         run_values = column.iloc[starts].reset_index(drop=True)
         # Ids sorted within the file are distinct when strictly increasing: no hashing needed.
@@ -52,8 +40,7 @@ def id_codes_and_runs(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_
         if len(run_ids) == starts.size:  # every id is one contiguous run
             codes = np.repeat(np.arange(starts.size, dtype=np.int64), np.diff(starts, append=len(column)))
             blank_runs = blank_ids(run_ids)
-            ok = ~np.isin(codes, blank_runs) if blank_runs.size else np.ones(codes.size, dtype=bool)
-            return codes, ok, differs
+            return codes, (~np.isin(codes, blank_runs) if blank_runs.size else np.ones(codes.size, dtype=bool))
     codes, uniques = pd.factorize(column)
     codes = codes.astype(np.int64, copy=False)
     if uniques.dtype == object:
@@ -66,7 +53,7 @@ def id_codes_and_runs(column: pd.Series) -> tuple[IntArray, npt.NDArray[np.bool_
     blank = blank_ids(uniques)
     if blank.size:
         ok &= ~np.isin(codes, blank)
-    return codes, ok, None
+    return codes, ok
 
 
 def blank_ids(uniques: Any) -> IntArray:
@@ -80,21 +67,37 @@ def blank_ids(uniques: Any) -> IntArray:
 def missing_text(column: pd.Series) -> npt.NDArray[np.bool_]:
     """Missing or empty values of a text column (without factorising millions of distinct ids).
 
-    An Arrow-backed column without nulls whose shortest value is not empty has neither: answered from
-    the value lengths, without comparing every value with ``""`` and converting the result.
+    An Arrow-backed column without nulls whose value offsets strictly increase (no value is empty) has
+    neither: answered from the offsets buffer, without comparing every value with ``""`` and converting
+    the result, or building a full-size array of lengths.
     """
     chunked = getattr(column.array, "_pa_array", None)
-    if chunked is not None and chunked.null_count == 0 and len(column):
-        import pyarrow.compute as pc
-
-        if pc.min(pc.binary_length(chunked)).as_py() > 0:
-            return np.zeros(len(column), dtype=bool)
+    if chunked is not None and chunked.null_count == 0 and len(column) and _no_empty_values(chunked):
+        return np.zeros(len(column), dtype=bool)
     missing = column.isna().to_numpy(dtype=bool, copy=True)
     if pd.api.types.is_string_dtype(column.dtype) and column.dtype != object:
         missing |= (column == "").to_numpy(dtype=bool, na_value=True)
     elif column.dtype == object:
         missing |= column.map(lambda v: isinstance(v, str) and not v).to_numpy(dtype=bool)
     return missing
+
+
+def _no_empty_values(chunked: Any) -> bool:
+    """Whether every value of an Arrow string or binary chunked array is non-empty (False for other types)."""
+    import pyarrow as pa
+
+    for chunk in chunked.chunks:
+        kind = chunk.type
+        if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
+            width: Any = np.int64
+        elif pa.types.is_string(kind) or pa.types.is_binary(kind):
+            width = np.int32
+        else:
+            return False
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=width)[chunk.offset : chunk.offset + len(chunk) + 1]
+        if not np.all(offsets[1:] > offsets[:-1]):
+            return False
+    return True
 
 
 def label_codes(column: pd.Series) -> tuple[IntArray, tuple[str, ...]]:

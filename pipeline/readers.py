@@ -35,14 +35,13 @@ import pandas as pd
 
 from rankwatch.pipeline.columns import (
     as_numbers,
-    id_codes_and_runs,
+    id_codes,
     label_codes,
     missing_text,
     number_problem,
     user_codes,
 )
 from rankwatch.pipeline.grouping import (
-    differs_from_previous,
     duplicate_positions,
     first_rows,
     renumber,
@@ -313,7 +312,7 @@ def _validate(
     n = len(frame)
     valid = np.ones(n, dtype=bool)
 
-    req_codes, req_ok, req_runs = id_codes_and_runs(frame["request_id"])
+    req_codes, req_ok = id_codes(frame["request_id"])
     _check(rej, valid, ~req_ok, "missing_request_id", lambda i: "request_id is missing")
     _check(rej, valid, missing_text(frame["item_id"]), "missing_item_id", lambda i: "item_id is missing")
 
@@ -352,13 +351,7 @@ def _validate(
         if label_name not in frame.columns:
             continue
         column = frame[label_name].iloc[keep]
-        # With every row valid, requests end exactly where the request ids change (req_runs).
-        uniform: bool | None = False
-        if grouped:
-            uniform = uniform_within_runs(column, req_runs) if all_valid and req_runs is not None else None
-            if uniform is None:
-                uniform = not np.any(differs_from_previous(column) & same_request)
-        if uniform:
+        if grouped and uniform_within_runs(column, same_request):
             # Rows arrive grouped by request and every request is uniform: read the first rows only.
             first_codes, values = (user_codes if label_name == USER_COLUMN else label_codes)(column.iloc[first])
             labels[label_name] = RequestLabels(first_codes, values)
