@@ -257,9 +257,12 @@ port = {port}
         url = f"http://127.0.0.1:{port}/metrics"
         first = last = None
         count = 0.0
+        started = time.perf_counter()
         try:
             while True:
                 now, got = time.perf_counter(), _events_counted(url)
+                if first is None and now - started > 90:
+                    raise SystemExit("rankwatch run counted no event in 90 s (not assigned? see its /readyz)")
                 if got:
                     if first is None:
                         first, first_count = now, got

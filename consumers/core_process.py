@@ -102,21 +102,52 @@ class _CollectedDeadLetters:
 _CHANGING = frozenset({"batch", "tick", "flush", "new", "restore"})  # requests whose answer carries stats
 
 
-def _send_loop(conn: Any, outbox: queue.SimpleQueue[bytes | None]) -> None:
-    """Write queued messages to ``conn`` until None: a large message then never blocks the thread that
-    queued it while the other side is busy (a connection buffers a few hundred kB)."""
-    while True:
-        data = outbox.get()
-        if data is None:
-            return
-        try:
-            conn.send_bytes(data)
-        except (EOFError, OSError):
-            return  # the reader sees the end and says why
+class _Answers:
+    """The worker's answers, in order: small ones written at once by the worker's thread (the widened
+    pipe takes them without waiting), large ones (windows of megabytes) by a writer thread, so the core
+    never waits for the consuming side to read. Anything queued goes first, so the order holds.
+
+    Why not always the thread: it needs the GIL to write, and the worker's busy thread hands the GIL over
+    only every switch interval (5 ms), which delayed every answer by up to that much."""
+
+    DIRECT_BYTES = 256 * 1024
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.queued = 0
+        self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="rankwatch-core-answers", daemon=True)
+        self.thread.start()
+
+    def send(self, data: bytes) -> None:
+        with self.lock:
+            direct = not self.queued and len(data) < self.DIRECT_BYTES
+            if not direct:
+                self.queued += 1
+                self.outbox.put(data)
+        if direct:
+            self.conn.send_bytes(data)
+
+    def close(self) -> None:
+        self.outbox.put(None)
+
+    def _loop(self) -> None:
+        while True:
+            data = self.outbox.get()
+            if data is None:
+                return
+            try:
+                self.conn.send_bytes(data)
+            except (EOFError, OSError):
+                return  # the reader sees the end and says why
+            with self.lock:
+                self.queued -= 1
 
 
-def _serve(conn: Any, config_bytes: bytes) -> None:
-    """The worker's loop: one answer per request, in order, until the connection closes."""
+def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
+    """The worker's loop: one answer (on ``answers``) per request (from ``conn``), in order, until the
+    requests' pipe closes."""
     import gc
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -124,15 +155,13 @@ def _serve(conn: Any, config_bytes: bytes) -> None:
     config: StreamConfig = pickle.loads(config_bytes)
     clock, dead = _SentClock(), _CollectedDeadLetters()
     processors: dict[int, StreamProcessor] = {}
-    outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-    sender = threading.Thread(target=_send_loop, args=(conn, outbox), name="rankwatch-core-answers", daemon=True)
-    sender.start()
+    out = _Answers(answers)
     gc.freeze()  # as the consuming process does: modules and config stay out of full collections
     while True:
         try:
             op, handle, payload = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
-            outbox.put(None)
+            out.close()
             return
         windows: list[PublishedWindow] = []
         result: Any = None
@@ -171,7 +200,21 @@ def _serve(conn: Any, config_bytes: bytes) -> None:
             answer = _dumps((windows, dead.take(), result, error, stats))
         except Exception:  # noqa: BLE001 - an exception pickle cannot take: its text
             answer = _dumps((windows, dead.take(), result, CoreProcessError(f"{type(error).__name__}: {error}"), stats))
-        outbox.put(answer)
+        try:
+            out.send(answer)
+        except (EOFError, OSError):
+            return
+
+
+def _widen(conn: Any, size: int = 1 << 20) -> None:
+    """Raise a pipe's capacity to ``size`` (Linux ``F_SETPIPE_SZ``; capped by fs.pipe-max-size, 1 MiB by
+    default); elsewhere, or when refused, the pipe keeps its default (writes then wait for the reader)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (ImportError, OSError, ValueError):
+        pass
 
 
 # -- the consuming side --------------------------------------------------------------------------------
@@ -200,8 +243,7 @@ class CoreProcess:
         self._lock = threading.RLock()
         self._conn: Any = None
         self._process: Any = None
-        self._sender: threading.Thread | None = None
-        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._requests: Any = None  # the write end of the requests' pipe
         self._expected: deque[tuple[str, int]] = deque()  # (op, handle) of unanswered requests, oldest first
         self._stats: dict[int, StreamStats] = {}  # handle -> stats as of its latest answered request
         self._in_flight = 0  # unanswered batches
@@ -270,11 +312,11 @@ class CoreProcess:
         self._check()
         if self._dropped:
             dropped, self._dropped = self._dropped, []
-            self._outbox.put(_dumps(("drop", -1, dropped)))
+            self._write(_dumps(("drop", -1, dropped)))
             self._expected.append(("drop", -1))
             for h in dropped:
                 self._stats.pop(h, None)
-        self._outbox.put(_dumps((op, handle, payload)))
+        self._write(_dumps((op, handle, payload)))
         self._expected.append((op, handle))
 
     def _receive_one(self) -> Any:
@@ -317,18 +359,28 @@ class CoreProcess:
             self._check()
             return
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs Kafka client threads
-        ours, theirs = ctx.Pipe(duplex=True)
-        self._process = ctx.Process(target=_serve, args=(theirs, _dumps(self.config)), name="rankwatch-core",
-                                    daemon=True)
+        # Two one-way pipes, widened to 1 MiB where Linux allows: one poll's batch of a pair (a few hundred
+        # kB) then goes out in one write from the consuming thread without waiting for the core. (A
+        # sender thread instead waited up to a GIL switch interval, 5 ms, per batch behind the busy
+        # consuming thread: a quiet machine consumed at half its CPU rate.) The worker answers through a
+        # thread of its own, so a large window never blocks it.
+        req_read, req_write = ctx.Pipe(duplex=False)
+        ans_read, ans_write = ctx.Pipe(duplex=False)
+        for end in (req_write, ans_write):
+            _widen(end)
+        self._process = ctx.Process(target=_serve, args=(req_read, ans_write, _dumps(self.config)),
+                                    name="rankwatch-core", daemon=True)
         self._process.start()
-        theirs.close()
-        self._conn = ours
-        # A sender thread, so that a large batch never blocks the consuming thread while the core is busy
-        # with its previous one (the worker answers through one too).
-        self._sender = threading.Thread(target=_send_loop, args=(ours, self._outbox), name="rankwatch-core-sender",
-                                        daemon=True)
-        self._sender.start()
+        req_read.close()
+        ans_write.close()
+        self._conn, self._requests = ans_read, req_write
         log.info("streaming core in process %d", self._process.pid)
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self._requests.send_bytes(data)
+        except (EOFError, OSError):
+            self._fail("the core process ended")
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the worker (its state is in the checkpoints by now) and wait for it, bounded."""
@@ -336,15 +388,13 @@ class CoreProcess:
             process, conn = self._process, self._conn
             if process is None:
                 return
-            self._outbox.put(None)
-            if self._sender is not None:
-                self._sender.join(timeout_s)
+            self._requests.close()  # the worker's end of input: it exits
             conn.close()
             process.join(timeout_s)
             if process.is_alive():
                 process.terminate()
                 process.join(1.0)
-            self._process = self._conn = None
+            self._process = self._conn = self._requests = None
             self._failed = "the core process was closed"
 
 
