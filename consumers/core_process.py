@@ -13,8 +13,8 @@ message per pair and poll, about 0.4 µs per record); the worker decodes, joins 
 
 Why it changes no guarantee (docs/kafka.md, "The core process"):
 
-- One connection, requests answered strictly in order. A ``snapshot`` is answered after every batch sent
-  before it, so a checkpoint holds exactly what was fed (the fed offsets are advanced at send time).
+- One pipe each way, requests answered strictly in order. A ``snapshot`` is answered after every batch
+  sent before it, so a checkpoint holds exactly what was fed (the fed offsets are advanced at send time).
 - The windows and dead letters a request produced come back with its answer and are handed on (windows to
   ``publish``, dead letters to the service's sink) before any later answer is read, so before the snapshot
   a checkpoint is written from, and the service's "nothing committed while a dead letter is unsent" rule
@@ -23,7 +23,7 @@ Why it changes no guarantee (docs/kafka.md, "The core process"):
   other request waits for its answer. The clock stays injected: ``tick`` sends the consuming side's
   ``clock.now()``.
 - The worker ignores SIGINT and SIGTERM (the consuming side shuts down first: final feed, checkpoint,
-  commit) and exits when its connection closes, so it never outlives its parent, even after a SIGKILL.
+  commit) and exits when its requests' pipe closes, so it never outlives its parent, even after a SIGKILL.
 - A worker that dies or raises ends the service with one line (:class:`CoreProcessError`); the pairs resume
   from their last committed checkpoints, as after any crash.
 """
@@ -47,7 +47,7 @@ from types import MappingProxyType
 from typing import Any
 
 from rankwatch.pipeline.clock import Clock
-from rankwatch.pipeline.deadletter import DeadLetter, DeadLetterSink
+from rankwatch.pipeline.deadletter import DeadLetterSink, ListDeadLetterSink
 from rankwatch.pipeline.errors import RankwatchError
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream import StreamConfig, StreamProcessor, StreamStats
@@ -87,19 +87,8 @@ class _SentClock:
         return self.value
 
 
-class _CollectedDeadLetters:
-    def __init__(self) -> None:
-        self.letters: list[DeadLetter] = []
-
-    def send(self, letter: DeadLetter) -> None:
-        self.letters.append(letter)
-
-    def take(self) -> list[DeadLetter]:
-        out, self.letters = self.letters, []
-        return out
-
-
-_CHANGING = frozenset({"batch", "tick", "flush", "new", "restore"})  # requests whose answer carries stats
+# Requests whose answer carries the processor's stats: those that can change them, and "stats" itself.
+_WITH_STATS = frozenset({"batch", "tick", "flush", "new", "restore", "stats"})
 
 
 class _Answers:
@@ -153,7 +142,7 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     config: StreamConfig = pickle.loads(config_bytes)
-    clock, dead = _SentClock(), _CollectedDeadLetters()
+    clock, dead = _SentClock(), ListDeadLetterSink()
     processors: dict[int, StreamProcessor] = {}
     out = _Answers(answers)
     gc.freeze()  # as the consuming process does: modules and config stay out of full collections
@@ -179,7 +168,7 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
             elif op == "snapshot":
                 result = processors[handle].snapshot()
             elif op == "stats":
-                result = processors[handle].stats()
+                processors[handle]  # noqa: B018 - an unknown handle fails as in any request; the stats ride below
             elif op == "new":
                 processors[handle] = StreamProcessor(config, clock=clock, dead_letters=dead, partitions=payload)
             elif op == "restore":
@@ -194,12 +183,13 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
             log.error("core process: %s failed:\n%s", op, traceback.format_exc())
         # The processor's stats ride on every answer that can change them, so the consuming side's health
         # (every 0.25 s) never waits for a round trip behind the batches in flight.
-        proc = processors.get(handle) if op in _CHANGING else None
+        proc = processors.get(handle) if op in _WITH_STATS else None
         stats = proc.stats() if proc is not None and error is None else None
+        letters, dead.letters = dead.letters, []
         try:
-            answer = _dumps((windows, dead.take(), result, error, stats))
+            answer = _dumps((windows, letters, result, error, stats))
         except Exception:  # noqa: BLE001 - an exception pickle cannot take: its text
-            answer = _dumps((windows, dead.take(), result, CoreProcessError(f"{type(error).__name__}: {error}"), stats))
+            answer = _dumps((windows, letters, result, CoreProcessError(f"{type(error).__name__}: {error}"), stats))
         try:
             out.send(answer)
         except (EOFError, OSError):
@@ -251,7 +241,6 @@ class CoreProcess:
         self._dropped: list[int] = []  # handles of garbage-collected stand-ins, dropped with the next request
         self._failed: str | None = None
         self.batches_sent = 0
-        self.waits = 0  # batches that waited for an answer (the core is the bottleneck)
 
     # -- factory ---------------------------------------------------------------------------------------
     def new(self, partitions: tuple[int, ...]) -> RemoteProcessor:
@@ -277,10 +266,8 @@ class CoreProcess:
             self._send("batch", handle, payload)
             self._in_flight += 1
             self.batches_sent += 1
-            if self._in_flight > self.max_in_flight:
-                self.waits += 1
-                while self._in_flight > self.max_in_flight:
-                    self._receive_one()
+            while self._in_flight > self.max_in_flight:
+                self._receive_one()
             self.drain()
 
     def call(self, op: str, handle: int, payload: Any = None) -> Any:
@@ -305,8 +292,9 @@ class CoreProcess:
         """Stats of ``handle`` from the answers already here; a round trip only if none has any yet."""
         with self._lock:
             self.drain()
-            got = self._stats.get(handle)
-            return got if got is not None else self.call("stats", handle)  # type: ignore[no-any-return]
+            if handle not in self._stats:
+                self.call("stats", handle)
+            return self._stats[handle]
 
     def _send(self, op: str, handle: int, payload: Any) -> None:
         self._check()
@@ -328,8 +316,8 @@ class CoreProcess:
             self._fail("the core process ended")
         windows, letters, result, error, stats = pickle.loads(data)
         self._expected.popleft()
-        if stats is not None or op == "stats":
-            self._stats[handle] = stats if stats is not None else result
+        if stats is not None:
+            self._stats[handle] = stats
         if op == "batch":
             self._in_flight -= 1
         sink = self.dead_letters
