@@ -18,7 +18,6 @@ not the session timeout.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from kafka import TopicPartition
@@ -42,8 +41,6 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         self.svc = service  # the ConsumerService (not imported: service imports this module)
         self.restoring: dict[int, tuple[Any, Any]] = {}  # pair -> (impressions tp, clicks tp), paused
         self.fatal: BaseException | None = None  # raised by the loop (an exception here would be swallowed)
-        self._empty_since: float | None = None  # monotonic time since which nothing is assigned
-        self._empty_warned = False
 
     # -- listener (kafka-python's I/O thread, while the loop is inside poll) ----------------------------
     async def on_partitions_revoked(self, revoked: Any) -> None:
@@ -116,7 +113,7 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         consumer = self.svc._consumer
         assert consumer is not None
         coordinator = getattr(consumer, "_coordinator", None)
-        self._watch_empty(consumer, coordinator)
+        self.svc._watchdog.watch_empty(consumer, coordinator)
         stable = getattr(coordinator, "stable", None)
         if self.svc._outage.active or (callable(stable) and not stable()) or getattr(coordinator, "rejoin_needed", False):
             return  # mid-rebalance the old assignment is still listed: only a settled group says anything
@@ -130,22 +127,6 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         if assigned:
             log.warning("partitions %s assigned but never set up; restoring them now", sorted(assigned))
             self.queue(assigned)
-
-    def _watch_empty(self, consumer: Any, coordinator: Any) -> None:
-        """One WARNING line when nothing has been assigned for 30 s: a lone member should never sit there
-        (more members than partitions would), and the line says what the group coordinator thinks."""
-        if consumer.assignment() or self.svc._outage.active:
-            self._empty_since = None
-            return
-        now = time.monotonic()
-        if self._empty_since is None:
-            self._empty_since, self._empty_warned = now, False
-        elif now - self._empty_since >= 30.0 and not self._empty_warned:
-            self._empty_warned = True
-            log.warning("no partition assigned for 30 s: member state %s, rejoin needed %s, leader %s, "
-                        "assigned from %s, metadata %s", getattr(coordinator, "state", "?"),
-                        getattr(coordinator, "rejoin_needed", "?"), getattr(coordinator, "_is_leader", "?"),
-                        getattr(coordinator, "_assignment_snapshot", "?"), getattr(coordinator, "_metadata_snapshot", "?"))
 
     def restore_pending(self) -> None:
         """Restore every queued pair (see the module docstring); a failing step leaves the pair queued."""

@@ -46,7 +46,7 @@ from rankwatch.consumers.fetch_compat import (
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
 from rankwatch.consumers.rebalance import Rebalancer
 from rankwatch.consumers.settings import KafkaSettings
-from rankwatch.consumers.stats import ServiceHealth, merge_stats
+from rankwatch.consumers.stats import ServiceHealth, consumer_lag, merge_stats
 from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, TopicError, check_copartitioned, ensure_topic
 from rankwatch.consumers.watchdog import Watchdog
 from rankwatch.pipeline.clock import Clock
@@ -445,18 +445,9 @@ class ConsumerService:
 
     # -- health and shutdown ---------------------------------------------------------------------------
     def _refresh_health(self, *, running: bool) -> None:
-        consumer = self._consumer
         with self._lock:
             stats = {p: pair.processor.stats() for p, pair in self._pairs.items()}
-            lag: dict[tuple[str, int], int] = {}
-            for pair in self._pairs.values():
-                for tp in pair.buffers:
-                    try:
-                        hw = consumer.highwater(tp) if consumer is not None else None
-                    except KafkaError:
-                        hw = None
-                    if hw is not None:
-                        lag[(tp.topic, tp.partition)] = max(0, hw - self._resolved_offset_cached(pair, tp))
+            lag = consumer_lag(self._pairs.values(), self._highwater)
             assigned = tuple(sorted(self._pairs))
             restoring = tuple(sorted(self._rebalancer.restoring))
         self._health = ServiceHealth(
@@ -470,12 +461,11 @@ class ConsumerService:
         if self.on_health is not None:
             self.on_health(self._health)
 
-    @staticmethod
-    def _resolved_offset_cached(pair: PartitionPair, tp: Any) -> int:
-        off = pair.next_offset.get(tp)
-        if off is not None:
-            return off
-        return int(pair.buffers[tp][0].offset) if pair.buffers[tp] else 0
+    def _highwater(self, tp: Any) -> int | None:
+        try:
+            return self._consumer.highwater(tp) if self._consumer is not None else None
+        except KafkaError:
+            return None
 
     def _shutdown(self) -> None:
         """Final checkpoint and commit, then close; bounded by ``shutdown_timeout_s`` even in an outage."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rankwatch.pipeline.stream import StreamStats
 
@@ -75,3 +76,21 @@ class ServiceHealth:
     kafka_outage: bool = False
     kafka_outage_seconds: float = 0.0
     restoring: tuple[int, ...] = ()
+
+
+def consumer_lag(pairs: Iterable[Any], highwater: Callable[[Any], int | None]) -> dict[tuple[str, int], int]:
+    """Records behind the high watermark per ``(topic, partition)`` of the pairs'
+    (:class:`consumers.alignment.PartitionPair`) topic-partitions, counted from the last record *fed* to
+    the core (records waiting in the alignment buffers are lag); a partition whose high watermark is
+    not known yet (``highwater`` gives None) is left out."""
+    lag: dict[tuple[str, int], int] = {}
+    for pair in pairs:
+        for tp, buf in pair.buffers.items():
+            hw = highwater(tp)
+            if hw is None:
+                continue
+            fed = pair.next_offset.get(tp)
+            if fed is None:
+                fed = int(buf[0].offset) if buf else 0
+            lag[(tp.topic, tp.partition)] = max(0, hw - fed)
+    return lag

@@ -4,12 +4,14 @@
 a pair that holds records but fed nothing, with Kafka reachable (the issue 15 stall was silent);
 :meth:`Watchdog.check_topics` (every 5 s) ends the service with one line when a topic is gone, or the two
 topics are no longer co-partitioned, for 60 s (an admin adding partitions to both topics one after the
-other passes through a moment of difference).
+other passes through a moment of difference); :meth:`Watchdog.watch_empty` (every 10 s, from the
+rebalancer's safety net) names what the group coordinator thinks when nothing was assigned for 30 s.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from rankwatch.consumers.fetch_compat import cached_partitions, parked_partitions
@@ -19,13 +21,15 @@ log = logging.getLogger("rankwatch.consumers.service")  # the service's lines, a
 
 
 class Watchdog:
-    """The stall and topic watches of ``svc`` (a :class:`consumers.service.ConsumerService`)."""
+    """The stall, empty-assignment and topic watches of ``svc`` (a :class:`consumers.service.ConsumerService`)."""
 
     def __init__(self, svc: Any) -> None:
         self.svc = svc
         self.fed_marks: dict[int, tuple[int | None, ...]] = {}  # fed offsets at the last watch
         self.stalled: set[int] = set()
         self.topics_bad_since: float | None = None
+        self.empty_since: float | None = None  # monotonic time since which nothing is assigned
+        self.empty_warned = False
 
     def watch_stalls(self) -> None:
         """One WARNING line for a pair holding records that fed nothing for 30 s with Kafka reachable (the
@@ -44,6 +48,22 @@ class Watchdog:
                 elif not stalled:
                     self.stalled.discard(p)
                 self.fed_marks[p] = mark
+
+    def watch_empty(self, consumer: Any, coordinator: Any) -> None:
+        """One WARNING line when nothing has been assigned for 30 s: a lone member should never sit there
+        (more members than partitions would), and the line says what the group coordinator thinks."""
+        if consumer.assignment() or self.svc._outage.active:
+            self.empty_since = None
+            return
+        now = time.monotonic()
+        if self.empty_since is None:
+            self.empty_since, self.empty_warned = now, False
+        elif now - self.empty_since >= 30.0 and not self.empty_warned:
+            self.empty_warned = True
+            log.warning("no partition assigned for 30 s: member state %s, rejoin needed %s, leader %s, "
+                        "assigned from %s, metadata %s", getattr(coordinator, "state", "?"),
+                        getattr(coordinator, "rejoin_needed", "?"), getattr(coordinator, "_is_leader", "?"),
+                        getattr(coordinator, "_assignment_snapshot", "?"), getattr(coordinator, "_metadata_snapshot", "?"))
 
     def check_topics(self, now: float) -> None:
         """A topic gone, or the two topics no longer co-partitioned, for 60 s: fatal (one line)."""
