@@ -22,7 +22,6 @@ from typing import Any
 
 from prometheus_client.samples import Sample
 
-from rankwatch.exporters import names
 from rankwatch.exporters.baselines import LoadedBaseline
 from rankwatch.exporters.folding import (
     OVERALL_LABELS,
@@ -33,6 +32,15 @@ from rankwatch.exporters.folding import (
     rollups,
 )
 from rankwatch.exporters.health import HealthFigures, health_from_stats
+from rankwatch.exporters.samples import (
+    cumulative_samples,
+    drift_samples,
+    position_ctr_samples,
+    quality_samples,
+    score_drift_samples,
+    series_sources,
+    uncertainty_samples,
+)
 from rankwatch.exporters.series import DriftResult, SeriesValues, drift, score_drifts
 from rankwatch.pipeline.aggregates import RankingAggregate
 from rankwatch.pipeline.published import PublishedWindow
@@ -238,7 +246,7 @@ class MetricsState:
         grouped = (pw, group_by_labels(pw.slices.items(), self._capper))
         if seen_revision is None and pw.window == self.summary_window:
             self._add_cumulative(*grouped)
-            self._summary, self._finalized = self._cumulative_samples()
+            self._summary, self._finalized = cumulative_samples(self._cumulative)
         current = self._parts.get(pw.window)
         if current is None or pw.start > current[0]:
             self._parts[pw.window] = (pw.start, {pw.partitions: grouped})
@@ -340,11 +348,12 @@ class MetricsState:
 
     def _rebuild_series(self) -> None:
         self._drifts = {w: drift(ow.series, ow.primary, self._offline) for w, ow in self._online.items()}
-        self._quality, self._requests = self._quality_samples()
-        self._stderr, self._window_stats = self._uncertainty_samples()
-        self._drift, self._unmatched = _drift_samples(self._drifts)
-        self._position_ctr = self._position_ctr_samples()
-        self._score_drift = _score_drift_samples(
+        sources = series_sources(self._online, self._offline)
+        self._quality, self._requests = quality_samples(sources)
+        self._stderr, self._window_stats = uncertainty_samples(sources, self._online)
+        self._drift, self._unmatched = drift_samples(self._drifts)
+        self._position_ctr = position_ctr_samples(sources)
+        self._score_drift = score_drift_samples(
             {w: score_drifts(ow.series, self._offline) for w, ow in self._online.items()}
         )
         # Read-only copies for snapshots, made once per change rather than once per snapshot.
@@ -390,117 +399,6 @@ class MetricsState:
             score_drift_items=self._score_drift[1],
             kafka_outage=self._outage,
         )
-
-    def _series_sources(self) -> list[tuple[str, str, Mapping[LabelSet, SeriesValues]]]:
-        """``(source, window, series)``: each online window size's slices, then the baselines'."""
-        sources: list[tuple[str, str, Mapping[LabelSet, SeriesValues]]] = [
-            (names.SOURCE_ONLINE, w, ow.series) for w, ow in sorted(self._online.items())
-        ]
-        sources.append((names.SOURCE_OFFLINE, names.BASELINE_WINDOW, self._offline))
-        return sources
-
-    def _quality_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
-        quality: list[Sample] = []
-        requests: list[Sample] = []
-        for source, window, series in self._series_sources():
-            for (segment, surface, variant), values in sorted(series.items()):
-                base = {
-                    "source": source,
-                    "window": window,
-                    "segment": segment,
-                    "surface": surface,
-                    "variant": variant,
-                }
-                requests.append(Sample(names.RANKING_REQUESTS, base, float(values.requests)))
-                for metric, value in values.metrics.items():
-                    if value is not None:
-                        quality.append(Sample(names.RANKING_QUALITY, {"metric": metric, **base}, value))
-        return tuple(quality), tuple(requests)
-
-    def _uncertainty_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
-        """Standard errors of every value, and each online window's sufficient statistics per slice."""
-        stderr: list[Sample] = []
-        stats: list[Sample] = []
-        for source, window, series in self._series_sources():
-            for (segment, surface, variant), values in sorted(series.items()):
-                base = {"window": window, "segment": segment, "surface": surface, "variant": variant}
-                for metric, se in values.stderr.items():
-                    if se is not None:
-                        labels = {"metric": metric, "source": source, **base}
-                        stderr.append(Sample(names.RANKING_QUALITY_STDERR, labels, se))
-                for metric, (count, total, total_sq) in values.moments.items():
-                    labels = {"metric": metric, **base}
-                    stats.append(Sample(names.WINDOW_OBSERVATIONS, labels, float(count)))
-                    stats.append(Sample(names.WINDOW_SUM, labels, total))
-                    stats.append(Sample(names.WINDOW_SUM_OF_SQUARES, labels, total_sq))
-        for window, ow in sorted(self._online.items()):
-            stats.append(Sample(names.WINDOW_START, {"window": window}, ow.start.timestamp()))
-        return tuple(stderr), tuple(stats)
-
-    def _position_ctr_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
-        """``rankwatch_position_ctr{rank}`` of every online window and baseline slice, and
-        ``rankwatch_gauc_items_dropped`` where the online GAUC cap was hit (issue 13)."""
-        out: list[Sample] = []
-        dropped: list[Sample] = []
-        for source, window, series in self._series_sources():
-            for (segment, surface, variant), values in sorted(series.items()):
-                base = {"source": source, "window": window, "segment": segment, "surface": surface, "variant": variant}
-                for rank, value in enumerate(values.position_ctr, start=1):
-                    if value is not None:
-                        out.append(Sample(names.POSITION_CTR, {"rank": str(rank), **base}, value))
-                if values.gauc_items_dropped:  # the online GAUC cap was hit: GAUC covers the kept users only
-                    labels = {k: v for k, v in base.items() if k != "source"}
-                    dropped.append(Sample(names.GAUC_ITEMS_DROPPED, labels, float(values.gauc_items_dropped)))
-        return tuple(out), tuple(dropped)
-
-    def _cumulative_samples(self) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
-        summary: list[Sample] = []
-        finalized: list[Sample] = []
-        sum_name, count_name = names.RANKING_METRIC + "_sum", names.RANKING_METRIC + "_count"
-        for (segment, surface, variant), cum in sorted(self._cumulative.items()):
-            base = {"segment": segment, "surface": surface, "variant": variant}
-            finalized.append(Sample(names.FINALIZED_REQUESTS + "_total", base, float(cum.requests)))
-            for metric, (total, count) in cum.sums.items():
-                labels = {"metric": metric, **base}
-                summary.append(Sample(sum_name, labels, total))
-                summary.append(Sample(count_name, labels, count))
-        return tuple(summary), tuple(finalized)
-
-
-def _drift_samples(drifts: Mapping[str, DriftResult]) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
-    out: list[Sample] = []
-    unmatched: list[Sample] = []
-    for window, result in sorted(drifts.items()):
-        for ((segment, surface, variant), metric), value in sorted(result.values.items()):
-            labels = {
-                "metric": metric,
-                "window": window,
-                "segment": segment,
-                "surface": surface,
-                "variant": variant,
-            }
-            out.append(Sample(names.RANKING_QUALITY_DRIFT, labels, value))
-        for only_in, slices in (("online", result.online_only), ("offline", result.offline_only)):
-            unmatched.append(
-                Sample(
-                    names.DRIFT_UNMATCHED_SLICES, {"window": window, "only_in": only_in}, float(len(slices))
-                )
-            )
-    return tuple(out), tuple(unmatched)
-
-
-def _score_drift_samples(by_window: Mapping[str, Mapping[LabelSet, Any]]) -> tuple[tuple[Sample, ...], tuple[Sample, ...]]:
-    """``rankwatch_score_drift{statistic}`` (PSI, KS; absent where undefined) and the items compared."""
-    values: list[Sample] = []
-    items: list[Sample] = []
-    for window, drifts in sorted(by_window.items()):
-        for (segment, surface, variant), d in sorted(drifts.items()):
-            base = {"window": window, "segment": segment, "surface": surface, "variant": variant}
-            items.append(Sample(names.SCORE_DRIFT_ITEMS, base, float(d.items)))
-            for statistic, value in (("psi", d.psi), ("ks", d.ks)):
-                if value is not None:
-                    values.append(Sample(names.SCORE_DRIFT, {"statistic": statistic, **base}, value))
-    return tuple(values), tuple(items)
 
 
 def _installed_version() -> str:
