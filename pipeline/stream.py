@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,15 +31,14 @@ from rankwatch.pipeline.events import Feedback, Impression, SourceRef
 from rankwatch.pipeline.join import FinalizedBatch, PendingRequests, feedback_entry
 from rankwatch.pipeline.kernel import per_request_metrics
 from rankwatch.pipeline.memory import EarlyFeedback, ExpiringIds
-from rankwatch.pipeline.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.slicing import LabelCapper, SliceKey, SliceSpec
+from rankwatch.pipeline.slicing import LabelCapper, SliceKey
 from rankwatch.pipeline.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.staging import ListStaging
 from rankwatch.pipeline.stream_batch import process_batch
+from rankwatch.pipeline.stream_config import OUTCOMES, STREAMS, StreamConfig, StreamStats
 from rankwatch.pipeline.stream_experiments import StreamExperiments
 from rankwatch.pipeline.validation import (
-    DEFAULT_ACTION_GRADES,
     Rejection,
     RejectReason,
     feedback_or_rejection,
@@ -49,78 +46,6 @@ from rankwatch.pipeline.validation import (
 )
 from rankwatch.pipeline.watermark import Watermark
 from rankwatch.pipeline.windows import WindowSet, parse_duration_ms
-
-STREAMS = ("impressions", "clicks")
-OUTCOMES = ("accepted", "duplicate", "rejected", "orphan", "late")
-
-
-@dataclass(frozen=True)
-class StreamConfig:
-    """Settings of the streaming core (all times in event-time milliseconds unless said otherwise)."""
-
-    windows: tuple[str, ...] = ("5m", "1h")
-    attribution_window_ms: int = 30 * 60 * 1000
-    allowed_disorder_ms: int = 60_000
-    idle_timeout_ms: int = 120_000  # clock time without events before a partition stops holding the watermark
-    max_pending_requests: int = 1_000_000
-    max_items_per_request: int = 200
-    max_event_bytes: int = 1_000_000
-    dedupe_capacity: int = 5_000_000
-    action_grades: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(dict(DEFAULT_ACTION_GRADES)))
-    metric_options: MetricOptions = MetricOptions()
-    slice_spec: SliceSpec = SliceSpec()
-    # Additions beyond the first API sketch:
-    finalize_step_ms: int = 1_000  # finalization granularity: requests are finalized in buckets of this size
-    max_pending_feedback: int = 1_000_000  # feedback events waiting for their impression
-    finalized_memory: int = 1_000_000  # finalized request ids remembered to tell late feedback from orphans
-    # Experiments whose cumulative state rides in this processor's snapshot (docs/experiments.md, "Online").
-    experiments: tuple[Any, ...] = ()
-
-    def __post_init__(self) -> None:
-        for w in self.windows:
-            parse_duration_ms(w)
-        positive = ("attribution_window_ms", "max_pending_requests", "max_items_per_request", "max_event_bytes",
-                    "dedupe_capacity", "finalize_step_ms", "max_pending_feedback", "finalized_memory", "idle_timeout_ms")
-        for name in positive:
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.max_items_per_request > 65_535:
-            raise ValueError("max_items_per_request must be <= 65535")
-        if self.allowed_disorder_ms < 0:
-            raise ValueError("allowed_disorder_ms must be >= 0")
-        if not self.windows:
-            raise ValueError("at least one window size is needed")
-
-    def fingerprint(self) -> dict[str, Any]:
-        """Settings a snapshot's meaning depends on."""
-        return {
-            "windows": list(self.windows),
-            "attribution_window_ms": self.attribution_window_ms,
-            "finalize_step_ms": self.finalize_step_ms,
-            "slice_by": list(self.slice_spec.by),
-            "metric_options": self.metric_options.to_dict(),
-        }
-
-
-@dataclass
-class StreamStats:
-    """Counters and gauges of a processor (all counters are cumulative since the first event)."""
-
-    outcomes: dict[str, dict[str, int]]
-    rejects: dict[tuple[str, str], int]
-    pending_requests: int
-    pending_items: int
-    pending_feedback: int
-    watermark_ms: int | None
-    evicted_requests: int
-    finalized_requests: int
-    feedback_detached: int
-    label_values: dict[str, int]
-    label_overflow: dict[str, int]
-    windows_published: dict[str, int]
-    dedupe_ids: int
-    dedupe_forgotten_at_capacity: int
-    experiments: dict[str, Any] = field(default_factory=dict)  # name -> abonline.ExperimentSums
 
 
 class StreamProcessor:
