@@ -23,12 +23,25 @@ two private attributes and does nothing when they are absent (another kafka-pyth
 :func:`known_position` and :func:`cached_partitions` read the consumer's own state where kafka-python's
 public calls would do network I/O without a time limit (which hung the loop, and SIGTERM, in an outage).
 
-:func:`stale_leader_assignment` catches a group leader that assigned partitions from metadata which did
-not list the topics yet and then never noticed the topics' partitions arriving. Every start of a lone
-instance joins before the consumer's first metadata response and gets nothing; kafka-python normally
-rejoins when the metadata comes (``assignment_snapshot != metadata_snapshot``). In about one start in
-ten, under load, it did not: the instance sat on an empty assignment for good, with no log line (the CI
-failure of the fleet test). The service asks this every 10 s and requests a rejoin when it is true.
+:func:`keep_join_awaited`, also called before every poll, repairs kafka-python 3.0.12's orphaned group
+join (the CI failures of the fleet test: a lone instance logged ``consuming partition pairs []`` and sat
+in member state REBALANCING for good, with no log line). ``join_group_async`` loops
+``while self.need_rejoin()`` and, when the poll's timeout expires, leaves the JoinGroup -> SyncGroup task
+in flight for the next poll to await. A rejoin triggered by a metadata change has ``rejoin_needed``
+False: ``need_rejoin()`` is True only because ``assignment_snapshot != metadata_snapshot``. When the
+leader's task runs the assignment (which makes the snapshots equal) and the poll's timeout expires
+before the SyncGroup answer, the next poll sees ``need_rejoin()`` False and never awaits the task
+again. Its assignment is dropped, the member stays REBALANCING with heartbeats disabled, and the
+broker expels it after the session timeout without the member ever learning it. Every start of a lone
+instance takes that path (it joins before its first metadata response, gets nothing, and rejoins when
+the topics' metadata arrives), and with 100 ms polls the window is hit in a few starts in a hundred.
+``tests/consumers/test_fetch_compat.py`` plays it back with 5 ms polls, where plain kafka-python is
+stuck every time. The repair sets ``rejoin_needed`` while a join task is in flight, so the loop keeps
+awaiting it, and kafka-python clears the flag itself when the join completes.
+
+:func:`stale_leader_assignment` (asked every 10 s) is the older safety net for a leader whose last
+assignment was computed from other partitions than those now in its metadata cache: it requests a
+rejoin.
 """
 
 from __future__ import annotations
@@ -51,6 +64,21 @@ def release_parked(consumer: Any) -> bool:
         fetcher._next_partition_records = None
         return True
     return False
+
+
+def keep_join_awaited(consumer: Any) -> bool:
+    """Set the coordinator's ``rejoin_needed`` while a group-join task is in flight (module docstring).
+
+    Returns True when it set the flag (an orphaned join was about to happen); False otherwise, or when
+    the private attributes (``_coordinator._join_task``, ``rejoin_needed``) are not there.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or getattr(coordinator, "_join_task", None) is None:
+        return False
+    if getattr(coordinator, "rejoin_needed", True):
+        return False
+    coordinator.request_rejoin()
+    return True
 
 
 def parked_partitions(consumer: Any) -> set[Any]:

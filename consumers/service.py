@@ -18,7 +18,8 @@ Robustness (issue 15): every Kafka step of the loop goes through one handler
 (:class:`consumers.outage.KafkaOutage`): an outage is logged once, retried with a capped backoff, shown in
 the health (``/readyz`` not ready, ``rankwatch_kafka_outage``); fatal errors end the loop with one line.
 Before every poll :func:`consumers.fetch_compat.release_parked` repairs kafka-python 3.0.12's parked
-records, which stalled every backlog.
+records, which stalled every backlog, and :func:`consumers.fetch_compat.keep_join_awaited` its orphaned
+group join, which left a lone instance with nothing assigned.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.fetch_compat import (
+    keep_join_awaited,
     known_position,
     release_parked,
 )
@@ -213,6 +215,8 @@ class ConsumerService:
         assert consumer is not None
         k, out, last = self.kafka, self._outage, self._last
         release_parked(consumer)
+        if keep_join_awaited(consumer):
+            log.info("keeping the group join after a metadata change awaited (consumers/fetch_compat.py)")
         ok, batch = self._step("poll", consumer.poll, timeout_ms=100)
         if self._rebalancer.fatal is not None:
             raise self._rebalancer.fatal

@@ -9,12 +9,18 @@ record of the parked partition exactly once, in order.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from rankwatch.consumers.fetch_compat import parked_partitions, release_parked, stale_leader_assignment
+from rankwatch.consumers.fetch_compat import (
+    keep_join_awaited,
+    parked_partitions,
+    release_parked,
+    stale_leader_assignment,
+)
 from rankwatch.consumers.topics import ensure_topic
 
 pytestmark = pytest.mark.kafka
@@ -122,6 +128,65 @@ def test_a_leader_that_missed_the_topics_metadata_is_told_to_rejoin(kafka_broker
         assert not stale_leader_assignment(consumer)
     finally:
         consumer.close()
+
+
+def _rejoin_after_a_metadata_change(bootstrap: str, unique: str, *, repair: bool) -> tuple[KafkaConsumer, int]:
+    """A settled lone member whose metadata changed since it assigned, then 5 ms polls for up to 8 s.
+
+    A metadata change is played back by an assignment snapshot that differs from the metadata snapshot:
+    ``need_rejoin()`` is then True with ``rejoin_needed`` False, the state of every lone start once the
+    topics' metadata arrives. 5 ms polls expire between JoinGroup and SyncGroup nearly every time.
+    """
+    topics = [f"{unique}-imp", f"{unique}-clk"]
+    for t in topics:
+        ensure_topic({"bootstrap_servers": [bootstrap]}, t, partitions=2)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=f"{unique}-g", enable_auto_commit=False,
+                             session_timeout_ms=6000, heartbeat_interval_ms=1500)
+    consumer.subscribe(topics)
+    for _ in range(100):
+        consumer.poll(timeout_ms=100)
+        if len(consumer.assignment()) == 4 and consumer._coordinator.stable():
+            break
+    coordinator = consumer._coordinator
+    generation = coordinator._generation.generation_id
+    coordinator._assignment_snapshot = {t: set() for t in topics}
+    assert coordinator.need_rejoin() and not coordinator.rejoin_needed
+    deadline = time.monotonic() + 8.0
+    while time.monotonic() < deadline:
+        if repair:
+            keep_join_awaited(consumer)
+        consumer.poll(timeout_ms=5)
+        if coordinator._generation.generation_id > generation and coordinator.stable() and not coordinator.need_rejoin():
+            break
+    return consumer, generation
+
+
+def test_plain_kafka_python_orphans_a_join_after_a_metadata_change(kafka_broker: Any, unique: str) -> None:
+    """The member took part in a new generation but never completed it: REBALANCING, nothing awaited."""
+    consumer, generation = _rejoin_after_a_metadata_change(kafka_broker.bootstrap, unique, repair=False)
+    try:
+        coordinator = consumer._coordinator
+        if coordinator.stable():
+            pytest.skip("this kafka-python completed the join: fetch_compat.keep_join_awaited may go")
+        assert coordinator.rebalance_in_progress() and not coordinator.need_rejoin()
+        assert coordinator._join_task is not None  # the orphan: done or not, nobody awaits it any more
+    finally:
+        consumer.close()
+
+
+def test_keep_join_awaited_completes_the_join(kafka_broker: Any, unique: str) -> None:
+    consumer, generation = _rejoin_after_a_metadata_change(kafka_broker.bootstrap, unique, repair=True)
+    try:
+        coordinator = consumer._coordinator
+        assert coordinator.stable() and coordinator._generation.generation_id > generation
+        assert len(consumer.assignment()) == 4 and coordinator._join_task is None
+        assert not keep_join_awaited(consumer)  # settled: nothing to do
+    finally:
+        consumer.close()
+
+
+def test_keep_join_awaited_is_false_without_kafka_pythons_coordinator() -> None:
+    assert not keep_join_awaited(object())
 
 
 def test_stale_leader_assignment_is_false_without_kafka_pythons_coordinator() -> None:
