@@ -148,6 +148,11 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
     alignment.feed_pair = counting_feed  # type: ignore[assignment]
     service = ConsumerService(settings, stream, on_window=exporter.add, clock=WallClock(), on_health=exporter.health)
     service.start()
+    calls: dict[str, list[tuple[float, float]]] = {"poll": [], "end_offsets": []}
+    # Where the consuming thread waits: (start, seconds) of each call (end offsets have their own client).
+    for name, client in (("poll", service._consumer), ("end_offsets", service._offsets or service._consumer)):
+        setattr(client, name, _timed(getattr(client, name), calls[name]))
+    spies: list[subprocess.Popen[bytes]] = []
     started = time.time()
     gc.freeze()  # as rankwatch run does
     thread = threading.Thread(target=service.run, daemon=True)
@@ -161,6 +166,7 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
             cpu, core = time.process_time(), _core_cpu(service)
             if first is None:
                 first, fed_first, cpu_first, core_first = now, total, cpu, core
+                spies = _py_spies(service, os.environ.get("RANKWATCH_BENCH_PY_SPY"))  # the core process is up now
             fed, last, cpu_last, core_last = total, now, cpu, core
         elif last is not None and now - last > quiet_s:
             break
@@ -169,11 +175,38 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
         elif not thread.is_alive():
             raise SystemExit("rankwatch run ended early (its error is above)")
         time.sleep(0.01)
+    for spy in spies:
+        spy.send_signal(2)  # py-spy writes its profile on SIGINT
+        spy.wait(timeout=60)
     service.stop()
     thread.join(timeout=60)
     exporter.close()
+    waits = {name: [d for t, d in spans if first is not None and last is not None and first <= t <= last]
+             for name, spans in calls.items()}
     print(json.dumps({"first": first, "last": last, "fed_first": fed_first, "fed": fed, "cpu": cpu_last - cpu_first,
-                      "core_cpu": core_last - core_first}))
+                      "core_cpu": core_last - core_first,
+                      "waits": {name: [len(ds), sum(ds)] for name, ds in waits.items()}}))
+
+
+def _py_spies(service: ConsumerService, out: str | None) -> list[subprocess.Popen[bytes]]:
+    """``--py-spy DIR``: py-spy (raw collapsed stacks, idle included) on this child and on its core process."""
+    if not out:
+        return []
+    process = getattr(service._cores, "_process", None)
+    pids = {"consuming": os.getpid(), **({"core": process.pid} if process is not None and process.pid else {})}
+    return [subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "250", "--idle", "--threads", "--format",
+                              "raw", "--output", str(Path(out) / f"{name}-{os.getpid()}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in pids.items()]
+
+
+def _timed(fn: Callable[..., Any], spans: list[tuple[float, float]]) -> Callable[..., Any]:
+    def timed(*a: Any, **kw: Any) -> Any:
+        t0 = time.time()
+        try:
+            return fn(*a, **kw)
+        finally:
+            spans.append((t0, time.time() - t0))
+    return timed
 
 
 def _core_cpu(service: ConsumerService) -> float:
@@ -188,12 +221,16 @@ def _core_cpu(service: ConsumerService) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list[str]) -> tuple[float, float, float, float]:
+def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list[str],
+                 py_spy: str | None = None) -> tuple[float, float, float, float]:
     """``instances`` children in one fresh group: messages per second of wall time from the first record to
     the last, and per second of the children's CPU time (summed, core processes included); then the CPU
     µs per message of the consuming processes and of the core processes."""
     group = f"{prefix}-{uuid.uuid4().hex[:6]}"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    if py_spy:
+        Path(py_spy).mkdir(parents=True, exist_ok=True)
+        env["RANKWATCH_BENCH_PY_SPY"] = py_spy
     procs = [subprocess.Popen([sys.executable, __file__, "--bootstrap-servers", boot, *extra, "--child", prefix, group],
                               stdout=subprocess.PIPE, text=True, env=env) for _ in range(instances)]
     results = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
@@ -205,6 +242,10 @@ def service_rate(boot: str, prefix: str, instances: int, total: int, extra: list
     starts = [r["fed_first"] for r in results if r["first"] == first]
     n = fed - starts[0]
     consuming, core = sum(r["cpu"] for r in results), sum(r["core_cpu"] for r in results)
+    for r in results:  # where each consuming thread waited, within its first-to-last-record span
+        span = r["last"] - r["first"]
+        print(f"    consuming thread, of {span:.2f} s: " + ", ".join(
+            f"{name} {n} calls {t:.2f} s ({100 * t / span:.0f} %)" for name, (n, t) in r["waits"].items()), flush=True)
     return n / (last - first), n / (consuming + core), 1e6 * consuming / n, 1e6 * core / n
 
 
@@ -325,6 +366,8 @@ def main() -> None:
                         help="also time `rankwatch run --config` from the outside (its /metrics event counters)")
     parser.add_argument("--in-process-core", action="store_true",
                         help="rankwatch run with [kafka] core_process = false (the core in the consuming process)")
+    parser.add_argument("--py-spy", metavar="DIR",
+                        help="record py-spy profiles (raw collapsed stacks) of each rankwatch run child's two processes")
     parser.add_argument("--child", nargs=2, metavar=("PREFIX", "GROUP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     boot = args.bootstrap_servers
@@ -346,7 +389,7 @@ def main() -> None:
         # Interleaved, so a change of the machine's load hits every consumer alike.
         rows["confluent"].append(confluent_rate(boot, prefix, args.partitions, total))
         rows["raw"].append(raw_rate(boot, prefix, args.partitions, total))
-        rows["run"].append(service_rate(boot, prefix, 1, total, extra))
+        rows["run"].append(service_rate(boot, prefix, 1, total, extra, args.py_spy))
         (cw, cc), (rw, rc), (sw, sc, *_) = rows["confluent"][-1], rows["raw"][-1], rows["run"][-1]
         line = (f"run {i + 1}: msg/s wall (CPU): confluent-kafka {cw:,.0f} ({cc:,.0f}), kafka-python {rw:,.0f} ({rc:,.0f}), "
                 f"rankwatch run {sw:,.0f} ({sc:,.0f}); run/kafka-python {sw / rw:.2f} wall, {sc / rc:.2f} CPU")

@@ -12,13 +12,15 @@ from rankwatch.consumers.outage import is_fatal, is_retriable, one_line
 log = logging.getLogger("rankwatch.consumers.service")
 
 
-def close_clients(consumer: Any, store: Any, producer: Any, timeout_s: float) -> None:
-    """Close the consumer, the checkpoint reader and the producer (any may be None), each bounded.
+def close_clients(consumer: Any, store: Any, producer: Any, timeout_s: float, *, offsets: Any = None) -> None:
+    """Close the consumer, the end-offset client, the checkpoint reader and the producer (any may be
+    None), each bounded.
 
     Best effort: the state is committed or it is not; a Kafka error while closing is one warning line.
     """
     closers: list[tuple[str, Any]] = [
         ("consumer", consumer and (lambda: consumer.close(autocommit=False, timeout_ms=int(timeout_s * 1000)))),
+        ("end-offset client", offsets and (lambda: offsets.close(autocommit=False, timeout_ms=int(timeout_s * 1000)))),
         ("checkpoint reader", store and store.close),
         ("producer", producer and (lambda: close_producer(producer, timeout_s))),
     ]
