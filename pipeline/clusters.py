@@ -113,16 +113,20 @@ class ClusterHistograms:
         s = np.asarray(scores, dtype=np.float64)
         if b.size == 0:
             return cls.empty()
-        # One sort of packed (bucket, dense score rank) keys: 3x faster than lexsort((s, b)), which was
-        # the largest single cost of `rankwatch run` on a backlog (window merges, exporter rebuilds).
-        _, rank = np.unique(s, return_inverse=True)
-        key = (b.astype(np.uint64) << np.uint64(32)) | rank.reshape(-1).astype(np.uint64)
-        order = np.argsort(key)
-        key = key[order]
+        # One comparison sort of the scores, then a stable radix sort of the buckets (numpy sorts 16-bit
+        # keys by radix with kind="stable"): about 1.5-2x faster than the dense score ranks of np.unique
+        # packed with the bucket into one key, which took two comparison sorts (and was itself 3x faster
+        # than lexsort((s, b))). Window merges and exporter rebuilds spend their time here.
+        if int(b.min()) < 0 or int(b.max()) >= 1 << 16:
+            order = np.lexsort((s, b))
+        else:
+            order = np.argsort(s)
+            order = order[np.argsort(b[order].astype(np.uint16), kind="stable")]
         b, s = b[order], s[order]
         new = np.empty(b.size, dtype=bool)
         new[0] = True
-        new[1:] = key[1:] != key[:-1]
+        np.not_equal(b[1:], b[:-1], out=new[1:])
+        new[1:] |= s[1:] != s[:-1]  # -0.0 == 0.0, as np.unique had it
         starts = np.flatnonzero(new)
         p = np.add.reduceat(np.asarray(pos, dtype=np.int64)[order], starts)
         n = np.add.reduceat(np.asarray(neg, dtype=np.int64)[order], starts)
