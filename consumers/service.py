@@ -194,7 +194,9 @@ class ConsumerService:
         # here (docs/kafka.md, "End-offset look-ups").
         self._offsets = KafkaConsumer(**client, group_id=None, enable_auto_commit=False)
         for topic in (k.impressions_topic, k.clicks_topic):
-            self._offsets.partitions_for_topic(topic)  # its metadata now (a look-up without it fails)
+            # Tracked in its metadata from now on; no I/O here (partitions_for_topic would wait unbounded
+            # for an answer, and the broker may go at any moment).
+            self._offsets._client.cluster.add_topic(topic)
 
     def run(self) -> None:
         """Consume until :meth:`stop`; then checkpoint and commit every owned pair and close the clients.
