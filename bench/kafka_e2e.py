@@ -150,7 +150,8 @@ def _service_child(boot: str, prefix: str, group: str, quiet_s: float, stream: S
     service.start()
     calls: dict[str, list[tuple[float, float]]] = {"poll": [], "end_offsets": []}
     # Where the consuming thread waits: (start, seconds) of each call (end offsets have their own client).
-    for name, client in (("poll", service._consumer), ("end_offsets", service._offsets or service._consumer)):
+    offsets = service._offsets.client if service._offsets is not None else service._consumer
+    for name, client in (("poll", service._consumer), ("end_offsets", offsets)):
         setattr(client, name, _timed(getattr(client, name), calls[name]))
     spies: list[subprocess.Popen[bytes]] = []
     started = time.time()

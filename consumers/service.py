@@ -40,6 +40,7 @@ from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, Ch
 from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
+from rankwatch.consumers.end_offsets import EndOffsets
 from rankwatch.consumers.fetch_compat import (
     keep_join_awaited,
     known_position,
@@ -103,7 +104,7 @@ class ConsumerService:
         self._restores = 0
         self._published = 0
         self._consumer: KafkaConsumer | None = None
-        self._offsets: KafkaConsumer | None = None  # end-offset look-ups only (see _open)
+        self._offsets: EndOffsets | None = None
         self._producer: KafkaProducer | None = None
         self._store: CheckpointStore | None = None
         self._dead: KafkaDeadLetterSink | None = None
@@ -188,15 +189,7 @@ class ConsumerService:
             group_instance_id=k.instance_id,
         )
         self._consumer.subscribe([k.impressions_topic, k.clicks_topic], listener=self._rebalancer)
-        # End-offset look-ups get a client (a connection) of their own. The broker answers one connection's
-        # requests in order, and a caught-up consumer's fetch is held up to fetch_max_wait_ms (500 ms) for
-        # data: on the consumer's own connection every look-up waited behind it, about 500 ms, against 1 ms
-        # here (docs/kafka.md, "End-offset look-ups").
-        self._offsets = KafkaConsumer(**client, group_id=None, enable_auto_commit=False)
-        for topic in (k.impressions_topic, k.clicks_topic):
-            # Tracked in its metadata from now on; no I/O here (partitions_for_topic would wait unbounded
-            # for an answer, and the broker may go at any moment).
-            self._offsets._client.cluster.add_topic(topic)
+        self._offsets = EndOffsets(client, (k.impressions_topic, k.clicks_topic), self._consumer)
 
     def run(self) -> None:
         """Consume until :meth:`stop`; then checkpoint and commit every owned pair and close the clients.
@@ -285,22 +278,16 @@ class ConsumerService:
         with self._lock:
             tps = [tp for pair in self._pairs.values() for tp in pair.buffers]
         tps = tps or [TopicPartition(self.kafka.impressions_topic, 0)]
-        ok, _ = self._step("end-offset look-up", self._end_offsets, tps)
-        if ok:
-            self._outage.succeeded()
+        self._end_offsets(tps)
 
-    def _end_offsets(self, tps: list[Any]) -> dict[Any, int]:
-        """End offsets of ``tps`` from the end-offset client; from the consumer when that client cannot
-        answer for all of them (kafka-python 3.0.12 raises KeyError when it lacks a topic's metadata)."""
-        consumer = self._consumer
-        assert consumer is not None
-        if self._offsets is not None:
-            try:
-                return self._offsets.end_offsets(tps, timeout_ms=2000)  # type: ignore[no-any-return]
-            except KeyError:
-                for topic in {tp.topic for tp in tps}:
-                    self._offsets._client.cluster.add_topic(topic)  # known by its next metadata refresh
-        return consumer.end_offsets(tps, timeout_ms=2000)  # type: ignore[no-any-return]
+    def _end_offsets(self, tps: list[Any]) -> dict[Any, int] | None:
+        """A fresh answer from the broker (consumers/end_offsets.py), or None after a failed step."""
+        assert self._offsets is not None
+        ok, ends = self._step("end-offset look-up", self._offsets, tps)
+        if not ok:
+            return None
+        self._outage.succeeded()
+        return ends  # type: ignore[no-any-return]
 
     def _check_topics(self, now: float) -> None:
         self._watchdog.check_topics(now)
@@ -332,10 +319,9 @@ class ConsumerService:
         """Ask the broker for the end offsets of ``tps`` (made after every buffered record was fetched) and
         feed again: records far ahead of a topic that truly has nothing more may now go (alignment docs)."""
         assert self._consumer is not None
-        ok, ends = self._step("end-offset look-up", self._end_offsets, tps)
-        if not ok:
+        ends = self._end_offsets(tps)
+        if ends is None:
             return  # no confirmation: wait for a later turn
-        self._outage.succeeded()
         with self._lock:
             self._feed_all(ends)
 
@@ -371,15 +357,15 @@ class ConsumerService:
         tps = [tp for p in idle for tp in p.buffers]
         # A fresh answer from the broker: during an outage the cached high watermarks would claim
         # "caught up" and the clock would close windows whose events are merely unreachable.
-        ok, ends = self._step("end-offset look-up", self._end_offsets, tps)
-        if not ok:
+        ends = self._end_offsets(tps)
+        if ends is None:
             return  # no confirmation, no tick
-        self._outage.succeeded()
         with self._lock:
             for pair in idle:
                 if self._pairs.get(pair.partition) is not pair:
                     continue
-                if all((pair.next_offset.get(tp) or known_position(consumer, tp) or 0) >= ends[tp] for tp in pair.buffers if tp in ends) and set(pair.buffers) <= set(ends):
+                if all(tp in ends and (pair.next_offset.get(tp) or known_position(consumer, tp) or 0) >= ends[tp]
+                       for tp in pair.buffers):
                     self._publish(pair.processor.tick())
 
     # -- checkpoints -----------------------------------------------------------------------------------
@@ -522,6 +508,7 @@ class ConsumerService:
             self._cores.close()
 
     def _close_clients(self, timeout_s: float) -> None:
-        close_clients(self._consumer, self._store, self._producer, timeout_s, offsets=self._offsets)
+        close_clients(self._consumer, self._store, self._producer, timeout_s,
+                      offsets=self._offsets.client if self._offsets is not None else None)
         self._consumer = self._offsets = self._producer = None
         self._store = None
