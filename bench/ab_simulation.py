@@ -4,7 +4,7 @@ Per-request NDCG@10 values are bootstrapped from the traffic generator (the kern
 a simulated evaluation set), so the distribution is the real, lumpy one (many 1s, a long lower tail).
 Every simulated experiment is looked at after every 5-minute window, on the data cumulative since its
 start, as ``rankwatch ab`` and the online state would. The statistics are vectorised here for speed; a
-check at start-up asserts that they equal :func:`rankwatch.pipeline.abstats.compare_means` to 1e-12.
+check at start-up asserts that they equal :func:`rankwatch.pipeline.experiments.stats.compare_means` to 1e-12.
 
 Parts:
 
@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from rankwatch.pipeline.abstats import ArmEstimate, compare_means, mixture_rho2
-from rankwatch.pipeline.generator import TrafficConfig, evaluation_frame
-from rankwatch.pipeline.kernel import offsets_from_lengths, per_request_metrics
-from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.experiments.stats import ArmEstimate, compare_means, mixture_rho2
+from rankwatch.pipeline.metrics.kernel import offsets_from_lengths, per_request_metrics
+from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.traffic.generator import TrafficConfig, evaluation_frame
 
 ALPHA = 0.05
 SEGMENTS = ("new_user", "returning", "power_user")

@@ -27,7 +27,7 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rankwatch.pipeline.clock import ManualClock  # noqa: E402
-from rankwatch.pipeline.stream import StreamConfig, StreamProcessor  # noqa: E402
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor  # noqa: E402
 
 T0 = 1_796_000_000_000  # event time of the first request (ms)
 

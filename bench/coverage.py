@@ -2,7 +2,7 @@
 
     python bench/coverage.py [--windows 1000] [--large-windows 500] [--seed 11]
 
-Traffic follows :mod:`pipeline.generator`'s request model, vectorised with numpy (the event-level
+Traffic follows :mod:`pipeline.traffic.generator`'s request model, vectorised with numpy (the event-level
 generator is far too slow for millions of requests): 20 items per request, true grades with
 ``GRADE_PROBS``, score ``round(q * grade + (1 - q) * N(0, 1.2), 4)``, served by score with adjacent swaps
 (p = 0.05), position-biased graded feedback (examine ``p ** -0.7``, click ``CLICK_PROBS[grade]``, cart
@@ -13,7 +13,7 @@ generator is far too slow for millions of requests): 20 items per request, true 
 - ``per-request``: q uniform in [0.2, 1.0] for every request (quality correlated within a request).
 
 The truth of each metric is its pooled value over ``--truth-requests`` requests. Each window (50 or 5,000
-requests) is aggregated by the kernel (:func:`pipeline.aggregates.aggregate_lists`), and the share of
+requests) is aggregated by the kernel (:func:`pipeline.metrics.aggregates.aggregate_lists`), and the share of
 windows whose interval covers the truth is reported, per metric, for the logit and the Wald interval, and
 for AUCs also for the pooled (unclustered) SE. The test tests/pipeline/test_coverage.py runs a seeded
 smaller version and asserts 93-97 %.
@@ -30,11 +30,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_lists  # noqa: E402
-from rankwatch.pipeline.generator import CLICK_PROBS, GRADE_PROBS  # noqa: E402
-from rankwatch.pipeline.kernel import offsets_from_lengths  # noqa: E402
-from rankwatch.pipeline.options import MetricOptions  # noqa: E402
-from rankwatch.pipeline.uncertainty import auc_pr_stderr, auc_roc_stderr, clustered_variance, interval  # noqa: E402
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate, aggregate_lists  # noqa: E402
+from rankwatch.pipeline.metrics.kernel import offsets_from_lengths  # noqa: E402
+from rankwatch.pipeline.metrics.options import MetricOptions  # noqa: E402
+from rankwatch.pipeline.metrics.uncertainty import auc_pr_stderr, auc_roc_stderr, clustered_variance, interval  # noqa: E402
+from rankwatch.pipeline.traffic.generator import CLICK_PROBS, GRADE_PROBS  # noqa: E402
 
 METRICS = ("mrr", "ndcg@10", "map@10", "auc_roc", "auc_pr")
 ITEMS = 20

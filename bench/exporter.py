@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rankwatch.exporters.collector import RankwatchCollector, build_registry  # noqa: E402
 from rankwatch.exporters.http import MetricsServer  # noqa: E402
 from rankwatch.exporters.state import MetricsState  # noqa: E402
-from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_lists  # noqa: E402
-from rankwatch.pipeline.options import MetricOptions  # noqa: E402
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate, aggregate_lists  # noqa: E402
+from rankwatch.pipeline.metrics.options import MetricOptions  # noqa: E402
 from rankwatch.pipeline.published import PublishedWindow  # noqa: E402
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

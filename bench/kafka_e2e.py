@@ -50,8 +50,8 @@ from rankwatch.consumers.service import ConsumerService  # noqa: E402
 from rankwatch.consumers.settings import KafkaSettings  # noqa: E402
 from rankwatch.consumers.topics import ensure_topic  # noqa: E402
 from rankwatch.crc import crc32c_is_c  # noqa: E402
-from rankwatch.pipeline.generator import TrafficConfig, generate_events  # noqa: E402
-from rankwatch.pipeline.stream import StreamConfig  # noqa: E402
+from rankwatch.pipeline.stream.processor import StreamConfig  # noqa: E402
+from rankwatch.pipeline.traffic.generator import TrafficConfig, generate_events  # noqa: E402
 
 POLL_RECORDS = 2000
 
@@ -117,7 +117,7 @@ def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float
 
 
 def stream_config(windows: str, attribution: str) -> StreamConfig:
-    from rankwatch.pipeline.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.windows import parse_duration_ms
 
     return StreamConfig(windows=tuple(windows.split(",")), attribution_window_ms=parse_duration_ms(attribution))
 

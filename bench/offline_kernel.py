@@ -6,17 +6,17 @@ Three comparisons on one synthetic evaluation set (string request ids, graded la
 5 surfaces = 50 slices, string user ids (``--users 0``: no user_id column, no GAUC), items of a request in
 random score order):
 
-1. ``rankwatch end to end``: :func:`pipeline.offline.compute_baseline` on the pandas DataFrame (validation,
+1. ``rankwatch end to end``: :func:`pipeline.offline.baseline.compute_baseline` on the pandas DataFrame (validation,
    grouping, rank ordering, kernel, per-slice aggregates and AUC state) against pytrec_eval end to end
    (building its qrels/run dicts from the same DataFrame, then ``evaluate`` for recip_rank, map_cut_10,
    ndcg_cut_5, ndcg_cut_10, P_5, P_10, recall_10, success_10). rankwatch computes those plus, per slice,
    AUC-ROC, AUC-PR, GAUC by user, the positive rate and click-through at ranks 1-10. Goal: >= 5x
    pytrec_eval.
-2. ``kernel alone``: :func:`pipeline.kernel.per_request_metrics` on flat, pre-grouped lists in rank order
+2. ``kernel alone``: :func:`pipeline.metrics.kernel.per_request_metrics` on flat, pre-grouped lists in rank order
    against a plain numpy reference on the same lists as a 2-D array (``np.sort`` per row for the ideal
    DCG). Goal: >= 0.5x the reference. A second line adds the ordering by score on both sides
-   (:func:`pipeline.offline.rank_order` against a 2-D ``argsort``), for information.
-3. ``per-slice AUC+AP``: :func:`pipeline.auc.histograms_by_group` + ``auc_roc`` + ``average_precision``
+   (:func:`pipeline.offline.baseline.rank_order` against a 2-D ``argsort``), for information.
+3. ``per-slice AUC+AP``: :func:`pipeline.metrics.auc.histograms_by_group` + ``auc_roc`` + ``average_precision``
    for all 50 slices against scikit-learn's ``roc_auc_score`` + ``average_precision_score`` per slice.
    Values must agree to 1e-9. Goal: >= 1.5x scikit-learn.
 
@@ -40,10 +40,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rankwatch.pipeline.auc import histograms_by_group  # noqa: E402
-from rankwatch.pipeline.kernel import offsets_from_lengths, per_request_metrics  # noqa: E402
-from rankwatch.pipeline.offline import compute_baseline, rank_order  # noqa: E402
-from rankwatch.pipeline.options import MetricOptions  # noqa: E402
+from rankwatch.pipeline.metrics.auc import histograms_by_group  # noqa: E402
+from rankwatch.pipeline.metrics.kernel import offsets_from_lengths, per_request_metrics  # noqa: E402
+from rankwatch.pipeline.metrics.options import MetricOptions  # noqa: E402
+from rankwatch.pipeline.offline.baseline import compute_baseline, rank_order  # noqa: E402
 
 
 def make_frame(n_requests: int, n_items: int, n_users: int = 20_000, seed: int = 7) -> pd.DataFrame:

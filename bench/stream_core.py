@@ -6,7 +6,7 @@ same events in the same run, the rankwatch core and a plain dict-of-dicts refere
 one dict per item, the kernel called once per finalized batch), as medians over ``--repeat`` runs, and
 the memory of N pending 20-item requests (tracemalloc, and RSS growth) for both.
 
-Events: list-form impressions of 20 items from :mod:`pipeline.generator` (clean traffic at 2,000 requests
+Events: list-form impressions of 20 items from :mod:`pipeline.traffic.generator` (clean traffic at 2,000 requests
 per second of event time, graded position-biased clicks), replicated with fresh ids to reach N requests.
 """
 
@@ -30,12 +30,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rankwatch.pipeline.aggregates import aggregate_lists  # noqa: E402
 from rankwatch.pipeline.clock import ManualClock  # noqa: E402
-from rankwatch.pipeline.generator import GeneratedEvent, TrafficConfig, generate_events  # noqa: E402
-from rankwatch.pipeline.options import MetricOptions  # noqa: E402
-from rankwatch.pipeline.stream import StreamConfig, StreamProcessor  # noqa: E402
-from rankwatch.pipeline.validation import _FEEDBACK_DECODER, _IMPRESSION_DECODER  # noqa: E402
+from rankwatch.pipeline.events.validation import _FEEDBACK_DECODER, _IMPRESSION_DECODER  # noqa: E402
+from rankwatch.pipeline.metrics.aggregates import aggregate_lists  # noqa: E402
+from rankwatch.pipeline.metrics.options import MetricOptions  # noqa: E402
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor  # noqa: E402
+from rankwatch.pipeline.traffic.generator import GeneratedEvent, TrafficConfig, generate_events  # noqa: E402
 
 dec_imp, dec_fb = _IMPRESSION_DECODER.decode, _FEEDBACK_DECODER.decode
 

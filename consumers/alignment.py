@@ -31,7 +31,7 @@ from rankwatch.consumers.batch_feed import feed_pair
 from rankwatch.consumers.checkpoints import CheckpointRef
 from rankwatch.consumers.core_process import RemoteProcessor
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.stream import StreamProcessor
+from rankwatch.pipeline.stream.processor import StreamProcessor
 
 
 @dataclass

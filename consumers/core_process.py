@@ -1,7 +1,7 @@
 """The streaming core in a second process, so that consuming and computing run on two cores (issue 10).
 
 Layout: :class:`CoreProcess` (the consuming side) starts one worker process (``spawn``) that holds every
-:class:`pipeline.stream.StreamProcessor` of this instance, and hands out one :class:`RemoteProcessor` per
+:class:`pipeline.stream.processor.StreamProcessor` of this instance, and hands out one :class:`RemoteProcessor` per
 partition pair, a stand-in with the methods the service calls (``process_batch``, ``tick``, ``snapshot``,
 ``stats``). :class:`InProcessCores` is the same factory for processors in the consuming process
 (``[kafka] core_process = false``).
@@ -47,10 +47,10 @@ from types import MappingProxyType
 from typing import Any
 
 from rankwatch.pipeline.clock import Clock
-from rankwatch.pipeline.deadletter import DeadLetterSink, ListDeadLetterSink
 from rankwatch.pipeline.errors import RankwatchError
+from rankwatch.pipeline.events.deadletter import DeadLetterSink, ListDeadLetterSink
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.stream import StreamConfig, StreamProcessor, StreamStats
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor, StreamStats
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ Headers (all values UTF-8 text):
 ``rankwatch.topic``         topic the event was read from
 ``rankwatch.partition``     its partition
 ``rankwatch.offset``        its offset
-``rankwatch.reason``        reason code (``pipeline.validation.RejectReason``)
+``rankwatch.reason``        reason code (``pipeline.events.validation.RejectReason``)
 ``rankwatch.detail``        one-line detail of the rejection
 ``rankwatch.stream``        ``impressions`` or ``clicks``
 ==========================  ===================================================
@@ -27,7 +27,7 @@ from collections import deque
 from typing import Any
 
 from rankwatch.consumers.outage import is_retriable
-from rankwatch.pipeline.deadletter import DeadLetter
+from rankwatch.pipeline.events.deadletter import DeadLetter
 
 HEADER_PREFIX = "rankwatch."
 
@@ -49,7 +49,7 @@ def dead_letter_headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
 
 
 class KafkaDeadLetterSink:
-    """A :class:`pipeline.deadletter.DeadLetterSink` writing to ``topic`` through a shared producer.
+    """A :class:`pipeline.events.deadletter.DeadLetterSink` writing to ``topic`` through a shared producer.
 
     ``counts`` holds the letters handed over per ``(stream, reason)``; ``failures`` the sends the broker
     refused for good (e.g. a record above the topic's size limit); ``unsent`` the letters waiting to be sent

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from kafka.partitioner.default import murmur2
 
-from rankwatch.pipeline.generator import GeneratedEvent
+from rankwatch.pipeline.traffic.generator import GeneratedEvent
 
 
 def partition_of(key: bytes, partitions: int) -> int:

@@ -56,10 +56,10 @@ class Rebalancer(AsyncConsumerRebalanceListener):
                 assert svc._consumer is not None
                 try:
                     await svc._consumer._coordinator._commit_offsets_sync_async(offsets)
-                    svc._committed(svc._pending_commit)
+                    svc.committer.committed(svc.committer.pending)
                     svc._outage.succeeded()
                 except Exception as e:  # noqa: BLE001 - the next owner restores the last good commit
-                    svc._checkpoint_failures += 1
+                    svc.committer.failures += 1
                     if is_retriable(e):
                         svc._outage.failed("commit on revocation", e)
                     else:

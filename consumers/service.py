@@ -36,8 +36,9 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from rankwatch.consumers.alignment import PartitionPair
-from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef, CheckpointStore
+from rankwatch.consumers.checkpoints import CheckpointStore
 from rankwatch.consumers.clients import close_clients
+from rankwatch.consumers.committer import Committer
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.end_offsets import EndOffsets
@@ -54,7 +55,7 @@ from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, TopicError, chec
 from rankwatch.consumers.watchdog import Watchdog
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.stream import StreamConfig
+from rankwatch.pipeline.stream.processor import StreamConfig
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,6 @@ class ConsumerService:
         self._pairs: dict[int, PartitionPair] = {}
         self._parked: dict[int, PartitionPair] = {}  # revoked pairs kept in case they come straight back
         self._health = ServiceHealth()
-        self._checkpoints = 0
-        self._checkpoint_failures = 0
         self._restores = 0
         self._published = 0
         self._consumer: KafkaConsumer | None = None
@@ -109,9 +108,9 @@ class ConsumerService:
         self._store: CheckpointStore | None = None
         self._dead: KafkaDeadLetterSink | None = None
         self._paused: set[Any] = set()
-        self._pending_commit: list[tuple[PartitionPair, CheckpointRef]] = []
         self._outage = KafkaOutage(backoff_max_s=kafka.retry_backoff_max_s)
         self._rebalancer = Rebalancer(self)
+        self.committer = Committer(self)
         # Where the pairs' processors live: a second process (windows come back through _publish) or here.
         self._cores: CoreProcess | InProcessCores = (
             CoreProcess(stream, clock=clock, publish=self._publish) if kafka.core_process
@@ -368,91 +367,11 @@ class ConsumerService:
                        for tp in pair.buffers):
                     self._publish(pair.processor.tick())
 
-    # -- checkpoints -----------------------------------------------------------------------------------
-    def _resolved_offset(self, pair: PartitionPair, tp: Any) -> int | None:
-        """Next offset to read of ``tp`` as of the state: after the last record fed, else where reading starts.
-
-        None when that is not known without asking the broker (nothing fetched yet): never block here, this
-        runs under the pair lock and in the rebalance listener on the consumer's I/O thread.
-        """
-        off = pair.next_offset.get(tp)
-        if off is not None:
-            return off
-        buf = pair.buffers[tp]
-        if buf:
-            return int(buf[0].offset)
-        consumer = self._consumer
-        assert consumer is not None
-        try:
-            if consumer.highwater(tp) is None:
-                return None  # no fetch response yet, so the position may still be being reset
-            position = known_position(consumer, tp)
-        except Exception:  # noqa: BLE001 - not assigned any more, or would block
-            return None
-        return None if position is None else int(position)
-
+    # -- checkpoints (consumers/committer.py) ----------------------------------------------------------
     def checkpoint(self, partitions: Iterable[int], *, in_listener: bool = False,
                    timeout_s: float = 20.0) -> dict[Any, OffsetAndMetadata]:
-        """Write checkpoints of ``partitions`` and (outside the rebalance listener) commit them.
-
-        Returns the offsets to commit; the listener commits them itself through the coordinator. Nothing is
-        committed while a dead letter is unsent (it would be lost with the offsets that produced it).
-        """
-        store = self._store
-        assert store is not None and self._producer is not None
-        offsets: dict[Any, OffsetAndMetadata] = {}
-        written: list[tuple[PartitionPair, CheckpointRef]] = []
-        for p in sorted(set(partitions)):
-            with self._lock:
-                pair = self._pairs.get(p)
-                if pair is None:
-                    continue
-                imp_off = self._resolved_offset(pair, pair.impressions_tp)
-                clk_off = self._resolved_offset(pair, pair.clicks_tp)
-                if imp_off is None or clk_off is None:
-                    continue  # nothing fed yet from a partition whose start is unknown: nothing to save
-                snapshot = pair.processor.snapshot()
-                fed = pair.fed_since_checkpoint
-            try:
-                ok, ref = self._step("checkpoint write", store.write, p, snapshot, impressions_offset=imp_off,
-                                     clicks_offset=clk_off, previous=pair.checkpoint, timeout_s=timeout_s,
-                                     abort=self._stop.is_set if not in_listener else (lambda: False))
-            except CheckpointAborted:  # SIGTERM mid-write: the final checkpoint tries again, bounded
-                ok, ref = False, None
-            if not ok or ref is None:  # keep running, try again next interval
-                self._checkpoint_failures += 1
-                break
-            self._outage.succeeded()
-            meta = ref.to_metadata()
-            offsets[pair.impressions_tp] = OffsetAndMetadata(imp_off, meta, -1)
-            offsets[pair.clicks_tp] = OffsetAndMetadata(clk_off, meta, -1)
-            written.append((pair, ref))
-            pair.fed_since_checkpoint -= fed
-        if self._dead is not None and self._dead.unsent:
-            log.debug("%d dead letters unsent: not committing", len(self._dead.unsent))
-            return {}
-        if in_listener or not offsets:
-            self._pending_commit = written
-            return offsets
-        assert self._consumer is not None
-        # A refusal (e.g. a rebalance) is a warning: the new owner restores the last commit.
-        ok, _ = self._step("commit", self._consumer.commit, offsets, timeout_ms=int(timeout_s * 1000))
-        if not ok:
-            self._checkpoint_failures += 1
-            return offsets
-        self._outage.succeeded()
-        self._committed(written)
-        return offsets
-
-    def _committed(self, written: list[tuple[PartitionPair, CheckpointRef]]) -> None:
-        """After a successful commit: the new checkpoints are current, the ones they replace are deleted."""
-        store = self._store
-        assert store is not None
-        for pair, ref in written:
-            old, pair.checkpoint = pair.checkpoint, ref
-            self._checkpoints += 1
-            if old is not None and old != ref:
-                store.delete(pair.partition, old)
+        """Write checkpoints of ``partitions`` and (outside the rebalance listener) commit them."""
+        return self.committer.checkpoint(partitions, in_listener=in_listener, timeout_s=timeout_s)
 
     # -- health and shutdown ---------------------------------------------------------------------------
     def _refresh_health(self, *, running: bool) -> None:
@@ -463,8 +382,8 @@ class ConsumerService:
             restoring = tuple(sorted(self._rebalancer.restoring))
         self._health = ServiceHealth(
             stats=stats, merged=merge_stats(list(stats.values())) if stats else None, lag=lag,
-            dead_letters=dict(self._dead.counts) if self._dead else {}, checkpoints_written=self._checkpoints,
-            checkpoint_failures=self._checkpoint_failures, restores=self._restores,
+            dead_letters=dict(self._dead.counts) if self._dead else {}, checkpoints_written=self.committer.written,
+            checkpoint_failures=self.committer.failures, restores=self._restores,
             windows_published=self._published, assigned=assigned, running=running,
             kafka_outage=self._outage.active, kafka_outage_seconds=self._outage.seconds_total(),
             restoring=restoring,

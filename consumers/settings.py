@@ -1,6 +1,6 @@
 """Settings of the Kafka side of ``rankwatch run``: where to read, how to checkpoint, what to pass to kafka-python.
 
-The streaming core's own settings are :class:`pipeline.stream.StreamConfig`; ``rankwatch/config.py`` reads
+The streaming core's own settings are :class:`pipeline.stream.processor.StreamConfig`; ``rankwatch/config.py`` reads
 both from one TOML file. Names follow the TOML keys of the ``[kafka]`` table (docs/kafka.md).
 """
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch.pipeline.stream import StreamStats
+from rankwatch.pipeline.stream.processor import StreamStats
 
 
 def merge_stats(parts: Sequence[StreamStats]) -> StreamStats:

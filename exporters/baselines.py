@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rankwatch.exporters.series import SeriesValues
-from rankwatch.pipeline.drift import ScoreDistribution
-from rankwatch.pipeline.offline import parse_baseline
+from rankwatch.pipeline.metrics.drift import ScoreDistribution
+from rankwatch.pipeline.offline.baseline import parse_baseline
 
 
 class BaselineSink(Protocol):
@@ -57,7 +57,7 @@ def baseline_name(path: Path) -> str:
 
 
 def parse_baseline_file(data: bytes, *, path: Path) -> LoadedBaseline:
-    """Parse and validate a baseline file's bytes (``pipeline.offline.parse_baseline`` validates).
+    """Parse and validate a baseline file's bytes (``pipeline.offline.baseline.parse_baseline`` validates).
 
     Raises ``ValueError`` naming the file and what is wrong.
     """

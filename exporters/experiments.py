@@ -15,7 +15,7 @@ Families (docs/experiments.md, "Online"):
 - ``rankwatch_experiment_expected_share{experiment, arm, role}`` (the configured split, for the SRM rule)
 - ``rankwatch_experiment_start_timestamp_seconds{experiment}`` (0 when the experiment has no start)
 
-``unit = "user"`` experiments (pipeline/abusers.py) export, instead of the three per-request families,
+``unit = "user"`` experiments (pipeline/experiments/users.py) export, instead of the three per-request families,
 the per-user sums the delta method needs, per metric (``n`` users with a value, and the sums of ``Y_u``,
 ``N_u``, ``Y_u^2``, ``N_u^2``, ``Y_u N_u``), plus the distinct users per arm for the sample-ratio test:
 
@@ -38,9 +38,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from rankwatch.pipeline.abonline import CellSums, ExperimentAccumulator, ExperimentSums
-from rankwatch.pipeline.abusers import UnitCellSums, UserUnitSums
-from rankwatch.pipeline.experiment import ExperimentSpec
+from rankwatch.pipeline.experiments.online import CellSums, ExperimentAccumulator, ExperimentSums
+from rankwatch.pipeline.experiments.spec import ExperimentSpec
+from rankwatch.pipeline.experiments.users import UnitCellSums, UserUnitSums
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import ALL_VALUE
 

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from rankwatch.pipeline.aggregates import MetricSum, RankingAggregate
-from rankwatch.pipeline.auc import ScoreHistogram
-from rankwatch.pipeline.clusters import ClusterHistograms
+from rankwatch.pipeline.metrics.aggregates import MetricSum, RankingAggregate
+from rankwatch.pipeline.metrics.auc import ScoreHistogram
+from rankwatch.pipeline.metrics.clusters import ClusterHistograms
 from rankwatch.pipeline.slicing import ALL_VALUE, OVERFLOW_VALUE, LabelCapper, SliceKey
 
 LabelSet = tuple[str, str, str]  # (segment, surface, variant), "all" where the slice does not split

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch.pipeline.stream import OUTCOMES, STREAMS, StreamStats
+from rankwatch.pipeline.stream.processor import OUTCOMES, STREAMS, StreamStats
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class HealthFigures:
 def health_from_stats(
     stats: StreamStats, *, pending_requests_limit: int | None = None, label_values_limit: int | None = None
 ) -> HealthFigures:
-    """Copy the numbers of a :class:`pipeline.stream.StreamStats`.
+    """Copy the numbers of a :class:`pipeline.stream.processor.StreamStats`.
 
     Every (stream, outcome) pair is present, zeros included, so ``rate()`` works from the first scrape.
     """

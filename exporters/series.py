@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rankwatch.exporters.folding import LabelSet
-from rankwatch.pipeline.aggregates import RankingAggregate
-from rankwatch.pipeline.auc import ScoreHistogram
-from rankwatch.pipeline.drift import ScoreDistribution, ScoreDrift, score_drift
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.auc import ScoreHistogram
+from rankwatch.pipeline.metrics.drift import ScoreDistribution, ScoreDrift, score_drift
 
 Value = float | None
 

@@ -42,10 +42,10 @@ from rankwatch.exporters.samples import (
     uncertainty_samples,
 )
 from rankwatch.exporters.series import DriftResult, SeriesValues, drift, score_drifts
-from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.stream import StreamConfig
-from rankwatch.pipeline.windows import parse_duration_ms
+from rankwatch.pipeline.stream.processor import StreamConfig
+from rankwatch.pipeline.stream.windows import parse_duration_ms
 
 _SEEN_IDENTITIES = 100_000  # republication memory; old identities are forgotten first
 

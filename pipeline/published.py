@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rankwatch.pipeline.aggregates import RankingAggregate
-from rankwatch.pipeline.result import result_document
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.result import result_document
 from rankwatch.pipeline.slicing import SliceKey
 
 

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 
 from rankwatch.consumers.settings import PASSTHROUGH_OPTIONS, KafkaSettings
 from rankwatch.errors import ConfigError
-from rankwatch.pipeline.experiment import ExperimentSpec, experiment_from_dict
-from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.events.validation import DEFAULT_ACTION_GRADES
+from rankwatch.pipeline.experiments.spec import ExperimentSpec, experiment_from_dict
+from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.stream import StreamConfig
-from rankwatch.pipeline.validation import DEFAULT_ACTION_GRADES
-from rankwatch.pipeline.windows import parse_duration_ms
+from rankwatch.pipeline.stream.processor import StreamConfig
+from rankwatch.pipeline.stream.windows import parse_duration_ms
 
 T = TypeVar("T")
 

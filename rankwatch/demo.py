@@ -1,6 +1,6 @@
 """``rankwatch demo``: the whole loop in one process, no external service.
 
-Simulated traffic (``pipeline.generator``) is fed in event-time order into the streaming core, whose
+Simulated traffic (``pipeline.traffic.generator``) is fed in event-time order into the streaming core, whose
 windows go to the exporter on ``127.0.0.1:9108`` next to an offline baseline computed from a simulated
 evaluation set of the same traffic without the regression. Event time runs ``speed`` times faster than
 wall time through an injected :class:`pipeline.clock.ManualClock`, so 5-minute windows close every few
@@ -38,17 +38,17 @@ from rankwatch.exporters.http import MetricsServer
 from rankwatch.exporters.scheduling import ExporterScheduler
 from rankwatch.exporters.state import MetricsState, Snapshot
 from rankwatch.pipeline.clock import ManualClock, datetime_to_ms, ms_to_datetime
-from rankwatch.pipeline.generator import (
+from rankwatch.pipeline.offline.baseline import compute_baseline, write_baseline
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor
+from rankwatch.pipeline.traffic.generator import (
     ExperimentTraffic,
     Regression,
     TrafficConfig,
     evaluation_frame,
     generate_events,
 )
-from rankwatch.pipeline.offline import compute_baseline, write_baseline
-from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
 
 DEMO_SLICE_BY = ("segment", "surface", "variant")
 VIEW_METRICS = ("ndcg@10", "mrr", "auc_roc")
@@ -286,8 +286,8 @@ EXPERIMENT_METRIC = "ndcg@10"
 
 def demo_experiment(options: DemoOptions, config: StreamConfig) -> Any:
     """The cumulative A/B state of the demo's variants (an A/A test unless ``options.experiment`` is set)."""
-    from rankwatch.pipeline.abonline import ExperimentAccumulator
-    from rankwatch.pipeline.experiment import ExperimentSpec
+    from rankwatch.pipeline.experiments.online import ExperimentAccumulator
+    from rankwatch.pipeline.experiments.spec import ExperimentSpec
 
     arms = options.experiment.arms if options.experiment else options.variants
     shares = options.experiment.shares if options.experiment else (1.0,) * len(arms)
@@ -298,7 +298,7 @@ def demo_experiment(options: DemoOptions, config: StreamConfig) -> Any:
 
 
 def _experiment_rows(acc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from rankwatch.pipeline.abreport import experiment_report
+    from rankwatch.pipeline.experiments.report import experiment_report
 
     doc = experiment_report(acc.data())
     return doc, [c for c in doc["comparisons"] if c["metric"] == EXPERIMENT_METRIC]

@@ -2,16 +2,16 @@
 
 Install with ``pip install 'rankwatch[spark]'``. :func:`spark_baseline` takes a Spark DataFrame with the
 offline columns (``request_id, item_id, score, label`` and optionally ``position, segment, surface,
-variant, model``) and returns the :class:`~rankwatch.pipeline.offline.BaselineResult` that
-:func:`~rankwatch.pipeline.offline.compute_baseline` gives on the same rows:
+variant, model``) and returns the :class:`~rankwatch.pipeline.offline.baseline.BaselineResult` that
+:func:`~rankwatch.pipeline.offline.baseline.compute_baseline` gives on the same rows:
 
 1. every row gets its read order (``monotonically_increasing_id``: ties of score within a request are
    broken by input order, as in the pandas path);
 2. ``repartition(n, "request_id")`` puts all rows of a request on one executor and
    ``sortWithinPartitions("request_id", order)`` makes them contiguous, in input order;
 3. ``mapInPandas`` runs the streaming engine's grouped scorer
-   (:func:`~rankwatch.pipeline.offline_stream.score_grouped`) over each partition's Arrow batches and
-   yields one serialised :class:`~rankwatch.pipeline.partial.PartialBaseline`;
+   (:func:`~rankwatch.pipeline.offline.streaming.score_grouped`) over each partition's Arrow batches and
+   yields one serialised :class:`~rankwatch.pipeline.offline.partial.PartialBaseline`;
 4. the driver merges the partials and applies the label caps once (``finish``).
 
 Only one small binary row per partition travels back to the driver. Invalid rows: with
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from rankwatch.pipeline.batches import EVALUATION_COLUMNS, RowBatch, expand_inputs
-from rankwatch.pipeline.offline import BaselineResult
-from rankwatch.pipeline.offline_stream import score_grouped
-from rankwatch.pipeline.options import MetricOptions
-from rankwatch.pipeline.partial import PartialBaseline, merge_partials
-from rankwatch.pipeline.readers import InvalidEvaluationData
+from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.offline.baseline import BaselineResult
+from rankwatch.pipeline.offline.batches import EVALUATION_COLUMNS, RowBatch, expand_inputs
+from rankwatch.pipeline.offline.partial import PartialBaseline, merge_partials
+from rankwatch.pipeline.offline.readers import InvalidEvaluationData
+from rankwatch.pipeline.offline.streaming import score_grouped
 from rankwatch.pipeline.slicing import SliceSpec
 
 if TYPE_CHECKING:

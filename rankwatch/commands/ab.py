@@ -3,7 +3,7 @@
 Two inputs (SPEC section 4): evaluation rows (``rankwatch ab INPUT...``, as ``offline`` reads them, plus the
 optional columns ``user_id`` and ``request_ts`` for ``--unit user`` and ``--start``), or logged events
 (``--impressions FILE... --clicks FILE...``, joined in batch with hindsight, see
-:func:`rankwatch.pipeline.abdata.rows_from_logs`). The experiment comes from ``--config FILE``'s
+:func:`rankwatch.pipeline.experiments.data.rows_from_logs`). The experiment comes from ``--config FILE``'s
 ``[[experiments]]`` (``--experiment NAME`` picks one) or from the options below, which mirror its keys.
 docs/experiments.md explains the statistics and the decisions.
 """
@@ -62,16 +62,16 @@ def command(
     decision: str | None, by: str, ks: str | None, attribution_window: str, skip_invalid: bool, fmt: str,
 ) -> None:  # fmt: skip
     """Compare the arms of an experiment: lifts with fixed and always-valid intervals, SRM, BH."""
-    from rankwatch.pipeline.abdata import experiment_cells, request_extras, rows_from_logs
-    from rankwatch.pipeline.abreport import experiment_report
-    from rankwatch.pipeline.options import MetricOptions
-    from rankwatch.pipeline.readers import (
+    from rankwatch.pipeline.experiments.data import experiment_cells, request_extras, rows_from_logs
+    from rankwatch.pipeline.experiments.report import experiment_report
+    from rankwatch.pipeline.metrics.options import MetricOptions
+    from rankwatch.pipeline.offline.readers import (
         InvalidEvaluationData,
         read_evaluation_files,
         validate_evaluation_frame,
     )
     from rankwatch.pipeline.slicing import SliceSpec
-    from rankwatch.pipeline.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.windows import parse_duration_ms
 
     overrides = {"label": label, "control": control, "treatments": _csv(treatments) or None,
                  "split": _split(split) if split else None, "start": start, "unit": unit, "alpha": alpha,
@@ -143,7 +143,7 @@ def _split(text: str) -> dict[str, float]:
 
 
 def _spec(config_path: Path | None, which: str | None, name: str, overrides: dict[str, Any]) -> Any:
-    from rankwatch.pipeline.experiment import experiment_from_dict
+    from rankwatch.pipeline.experiments.spec import experiment_from_dict
 
     base: dict[str, Any] = {"name": name}
     if config_path is not None:
@@ -196,7 +196,7 @@ def _read_extras(paths: tuple[str, ...]) -> Any:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from rankwatch.pipeline.readers import detect_format
+    from rankwatch.pipeline.offline.readers import detect_format
 
     wanted = ("request_id", "user_id", "request_ts")
 
@@ -298,10 +298,10 @@ def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: fl
     import urllib.parse
     import urllib.request
 
-    from rankwatch.pipeline.abdata import ArmCell, ExperimentData, UnitSums
-    from rankwatch.pipeline.aggregates import MetricSum, RankingAggregate
-    from rankwatch.pipeline.experiment import experiment_from_dict
-    from rankwatch.pipeline.options import MetricOptions
+    from rankwatch.pipeline.experiments.data import ArmCell, ExperimentData, UnitSums
+    from rankwatch.pipeline.experiments.spec import experiment_from_dict
+    from rankwatch.pipeline.metrics.aggregates import MetricSum, RankingAggregate
+    from rankwatch.pipeline.metrics.options import MetricOptions
     from rankwatch.pipeline.slicing import ALL_VALUE, SliceSpec
 
     def query(family: str) -> list[tuple[dict[str, str], float]]:

@@ -12,7 +12,7 @@ import click
 from rankwatch.errors import ConfigError, RankwatchError
 
 if TYPE_CHECKING:
-    from rankwatch.pipeline.offline import BaselineResult
+    from rankwatch.pipeline.offline.baseline import BaselineResult
 
 _METRIC_FORMAT = "{:.4f}"
 
@@ -92,9 +92,9 @@ def command(
     INPUT may be a directory (hive-partitioned Parquet, say) or a glob. Inputs of any size are read in
     batches within --memory-limit.
     """
-    from rankwatch.pipeline.offline import write_baseline
-    from rankwatch.pipeline.options import MetricOptions
-    from rankwatch.pipeline.readers import InvalidEvaluationData
+    from rankwatch.pipeline.metrics.options import MetricOptions
+    from rankwatch.pipeline.offline.baseline import write_baseline
+    from rankwatch.pipeline.offline.readers import InvalidEvaluationData
     from rankwatch.pipeline.slicing import SliceSpec
 
     both = _cutoffs(k, "--k")
@@ -115,7 +115,7 @@ def command(
         slice_spec = SliceSpec(by=labels, max_values_per_label=max_label_values)
     except ValueError as e:
         raise ConfigError(f"bad option: {e}") from None
-    from rankwatch.pipeline.offline_stream import StreamStats
+    from rankwatch.pipeline.offline.streaming import StreamStats
 
     budget = parse_size(memory_limit, "--memory-limit")
     stats = StreamStats()
@@ -162,7 +162,7 @@ def parse_size(value: str, option: str) -> int:
         size = int(float(number) * scale)
     except ValueError:
         size = 0
-    if size < 384 << 20:  # MIN_MEMORY_LIMIT of pipeline.offline_stream
+    if size < 384 << 20:  # MIN_MEMORY_LIMIT of pipeline.offline.streaming
         raise ConfigError(f"{option} takes a size of at least 384M such as 768M or 2G, got {value!r}")
     return size
 
@@ -171,7 +171,7 @@ def _local_baseline(
     inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, budget: int, layout: str,
     spill_dir: str | None, show_progress: bool, stats: Any,
 ) -> BaselineResult:  # fmt: skip
-    from rankwatch.pipeline.offline_stream import stream_baseline
+    from rankwatch.pipeline.offline.streaming import stream_baseline
 
     if not show_progress:
         return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
@@ -208,7 +208,7 @@ def _spark_baseline(
         from rankwatch.spark import spark_baseline_from_files
     except ImportError as e:
         raise RankwatchError(f"--engine spark needs pyspark: pip install 'rankwatch[spark]' ({e})") from None
-    from rankwatch.pipeline.readers import InvalidEvaluationData
+    from rankwatch.pipeline.offline.readers import InvalidEvaluationData
 
     try:
         return spark_baseline_from_files(list(inputs), options=options, slice_spec=slice_spec,

@@ -51,9 +51,9 @@ def command(
 ) -> None:
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.pipeline.clock import ManualClock
-    from rankwatch.pipeline.deadletter import JsonlDeadLetterSink
-    from rankwatch.pipeline.events import SourceRef
-    from rankwatch.pipeline.stream import StreamProcessor
+    from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
+    from rankwatch.pipeline.events.records import SourceRef
+    from rankwatch.pipeline.stream.processor import StreamProcessor
 
     config = _config(windows, attribution_window, allowed_disorder, by, ks)
     imp_paths = [_existing(p) for p in _csv(impression_files)]
@@ -99,10 +99,10 @@ def command(
 
 
 def _config(windows: tuple[str, ...], attribution: str, disorder: str, by: tuple[str, ...], ks: tuple[str, ...]) -> Any:
-    from rankwatch.pipeline.options import MetricOptions
+    from rankwatch.pipeline.metrics.options import MetricOptions
     from rankwatch.pipeline.slicing import SliceSpec
-    from rankwatch.pipeline.stream import StreamConfig
-    from rankwatch.pipeline.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.processor import StreamConfig
+    from rankwatch.pipeline.stream.windows import parse_duration_ms
 
     try:
         sizes = tuple(_csv(windows)) or ("5m", "1h")
@@ -156,7 +156,7 @@ class _LineReader:
 
 def _merged(readers: list[_LineReader], proc: Any, emit: Any, source_ref: Any) -> Iterator[tuple[str, bytes, Any]]:
     """Lines of all readers in ts order; lines without a readable ts go to the processor straight away."""
-    from rankwatch.pipeline.validation import sniff_ts_ms
+    from rankwatch.pipeline.events.validation import sniff_ts_ms
 
     def keyed(index: int, reader: _LineReader) -> Iterator[tuple[int, int, int, int, str, bytes, Any]]:
         order = STREAM_ORDER[reader.stream]
@@ -207,9 +207,9 @@ class _progress:
 
 def _overall_document(published: list[Any], config: Any) -> dict[str, Any]:
     """The result document over the whole replay: the windows of the largest size merged."""
-    from rankwatch.pipeline.aggregates import RankingAggregate
-    from rankwatch.pipeline.result import result_document
-    from rankwatch.pipeline.windows import parse_duration_ms
+    from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+    from rankwatch.pipeline.metrics.result import result_document
+    from rankwatch.pipeline.stream.windows import parse_duration_ms
 
     largest = max(config.windows, key=parse_duration_ms)
     overall = RankingAggregate(config.metric_options)

@@ -40,7 +40,7 @@ def experiment_collector(cfg: Any) -> Any:
     """The ``rankwatch_experiment_*`` collector of the configured request-unit experiments (None: none).
 
     Their state lives in the partition pairs' processors (``StreamConfig.experiments``). The windows must be sliced by each experiment's arm label (``[slices] by``), else a ConfigError.
-    Experiments with ``unit = "user"`` keep per-user sums in the pairs' state (pipeline/abusers.py).
+    Experiments with ``unit = "user"`` keep per-user sums in the pairs' state (pipeline/experiments/users.py).
     """
     from rankwatch.errors import ConfigError
     from rankwatch.exporters.experiments import ExperimentCollector

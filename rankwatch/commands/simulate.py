@@ -1,6 +1,6 @@
 """``rankwatch simulate``: realistic impression and click traffic to Kafka (kafka-python producer).
 
-Traffic comes from :mod:`pipeline.generator` (position-biased graded clicks, per-segment quality, an
+Traffic comes from :mod:`pipeline.traffic.generator` (position-biased graded clicks, per-segment quality, an
 optional regression, duplicates, malformed events, out-of-order delivery), keyed by ``request_id`` on both
 topics. By default it is paced in real time from now; ``--fast`` sends it as fast as the broker takes it,
 with event times ending now (a backfill). ``--ground-truth`` writes the joined rows every valid request
@@ -19,13 +19,13 @@ import click
 from rankwatch.errors import RankwatchError
 
 if TYPE_CHECKING:
-    from rankwatch.pipeline.generator import ExperimentTraffic
+    from rankwatch.pipeline.traffic.generator import ExperimentTraffic
 
 
 def _duration_s(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
-    from rankwatch.pipeline.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.windows import parse_duration_ms
 
     text = value.strip()
     try:
@@ -101,7 +101,12 @@ def command(
     from rankwatch.consumers.producer import ProduceError, produce_events, window_closers
     from rankwatch.consumers.topics import ensure_topic, partition_counts
     from rankwatch.pipeline.clock import datetime_to_ms
-    from rankwatch.pipeline.generator import Regression, TrafficConfig, generate_events, generate_with_truth
+    from rankwatch.pipeline.traffic.generator import (
+        Regression,
+        TrafficConfig,
+        generate_events,
+        generate_with_truth,
+    )
 
     now = datetime.now(UTC)
     if start_text is not None:
@@ -186,7 +191,7 @@ def experiment_traffic(
     arms: tuple[str, ...] = ("control", "treatment"),
 ) -> ExperimentTraffic | None:
     """The generator's :class:`ExperimentTraffic` from the command-line options (None when none is given)."""
-    from rankwatch.pipeline.generator import ExperimentTraffic
+    from rankwatch.pipeline.traffic.generator import ExperimentTraffic
 
     if not effects and users is None and user_effect_sd is None and broken_split is None:
         return None

@@ -2,7 +2,7 @@
 
 Each request's rows are grouped by the partition its ``request_id`` key hashes to (the producer's
 partitioner) and by the epoch-aligned window of its ``request_ts``; every group goes through the offline
-path (:func:`pipeline.offline.compute_baseline`), which shares nothing with the streaming join.
+path (:func:`pipeline.offline.baseline.compute_baseline`), which shares nothing with the streaming join.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 import pandas as pd
 
 from rankwatch.consumers.producer import partition_of
-from rankwatch.pipeline.offline import compute_baseline
-from rankwatch.pipeline.options import MetricOptions
-from rankwatch.pipeline.result import result_document
+from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.metrics.result import result_document
+from rankwatch.pipeline.offline.baseline import compute_baseline
 from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.windows import parse_duration_ms
+from rankwatch.pipeline.stream.windows import parse_duration_ms
 
 Identity = tuple[str, str, tuple[int, ...]]
 

@@ -21,7 +21,7 @@ from test_service_kafka import WINDOWS, _assert_matches, _create, _windows_by_id
 
 from rankwatch.cli import main
 from rankwatch.consumers.producer import window_closers
-from rankwatch.pipeline.generator import TrafficConfig, generate_with_truth
+from rankwatch.pipeline.traffic.generator import TrafficConfig, generate_with_truth
 
 pytestmark = pytest.mark.kafka
 

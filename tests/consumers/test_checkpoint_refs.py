@@ -10,10 +10,10 @@ from rankwatch.consumers.checkpoints import CheckpointRef
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.producer import partition_of, window_closers
 from rankwatch.consumers.stats import merge_stats
-from rankwatch.pipeline.deadletter import DeadLetter
-from rankwatch.pipeline.events import SourceRef
-from rankwatch.pipeline.stream import StreamStats
-from rankwatch.pipeline.validation import RejectReason
+from rankwatch.pipeline.events.deadletter import DeadLetter
+from rankwatch.pipeline.events.records import SourceRef
+from rankwatch.pipeline.events.validation import RejectReason
+from rankwatch.pipeline.stream.processor import StreamStats
 
 
 def test_reference_round_trips_through_commit_metadata_and_foreign_metadata_is_none() -> None:

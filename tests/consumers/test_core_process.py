@@ -27,10 +27,10 @@ from golden_traffic import messy_traffic  # noqa: E402
 
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores  # noqa: E402
 from rankwatch.pipeline.clock import ManualClock  # noqa: E402
-from rankwatch.pipeline.deadletter import ListDeadLetterSink  # noqa: E402
+from rankwatch.pipeline.events.deadletter import ListDeadLetterSink  # noqa: E402
 from rankwatch.pipeline.slicing import SliceSpec  # noqa: E402
-from rankwatch.pipeline.snapshot import SnapshotError  # noqa: E402
-from rankwatch.pipeline.stream import StreamConfig, StreamProcessor  # noqa: E402
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor  # noqa: E402
+from rankwatch.pipeline.stream.snapshot import SnapshotError  # noqa: E402
 
 CONFIG = StreamConfig(windows=("30s", "2m"), attribution_window_ms=20_000, allowed_disorder_ms=3_000,
                       max_pending_requests=25, max_pending_feedback=15, dedupe_capacity=100, finalized_memory=60,

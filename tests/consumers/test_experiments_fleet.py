@@ -22,11 +22,11 @@ from kafka_helpers import ROOT, start_run, stop_run, wait_for, write_config
 
 from rankwatch.consumers.producer import produce_events, window_closers
 from rankwatch.consumers.topics import ensure_topic
-from rankwatch.pipeline.abdata import experiment_cells
-from rankwatch.pipeline.abreport import experiment_report
-from rankwatch.pipeline.experiment import ExperimentSpec
-from rankwatch.pipeline.generator import ExperimentTraffic, TrafficConfig, generate_with_truth
-from rankwatch.pipeline.readers import validate_evaluation_frame
+from rankwatch.pipeline.experiments.data import experiment_cells
+from rankwatch.pipeline.experiments.report import experiment_report
+from rankwatch.pipeline.experiments.spec import ExperimentSpec
+from rankwatch.pipeline.offline.readers import validate_evaluation_frame
+from rankwatch.pipeline.traffic.generator import ExperimentTraffic, TrafficConfig, generate_with_truth
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 pytestmark = [pytest.mark.kafka, pytest.mark.prometheus,

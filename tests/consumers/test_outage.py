@@ -15,8 +15,8 @@ from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable
 from rankwatch.exporters.collector import build_registry
 from rankwatch.exporters.state import MetricsState
-from rankwatch.pipeline.deadletter import DeadLetter
-from rankwatch.pipeline.stream import StreamConfig
+from rankwatch.pipeline.events.deadletter import DeadLetter
+from rankwatch.pipeline.stream.processor import StreamConfig
 
 
 class FakeClock:

@@ -20,7 +20,7 @@ from kafka_helpers import Broker, consuming_count, start_run, stop_run, wait_con
 from kafka_oracle import expected_windows
 from test_service_kafka import WINDOWS, _assert_matches, _create, _produce, _traffic, _windows_by_identity
 
-from rankwatch.pipeline.generator import generate_with_truth
+from rankwatch.pipeline.traffic.generator import generate_with_truth
 
 pytestmark = pytest.mark.kafka
 

@@ -25,8 +25,13 @@ from rankwatch.cli import main
 from rankwatch.consumers.producer import partition_of, produce_events, window_closers
 from rankwatch.consumers.topics import ensure_topic
 from rankwatch.consumers.windows_out import document_identity, read_windows
-from rankwatch.pipeline.generator import TrafficConfig, generate_with_truth
-from rankwatch.pipeline.validation import DEFAULT_ACTION_GRADES, Rejection, decode_feedback, decode_impression
+from rankwatch.pipeline.events.validation import (
+    DEFAULT_ACTION_GRADES,
+    Rejection,
+    decode_feedback,
+    decode_impression,
+)
+from rankwatch.pipeline.traffic.generator import TrafficConfig, generate_with_truth
 
 pytestmark = pytest.mark.kafka
 

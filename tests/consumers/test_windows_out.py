@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rankwatch.consumers.windows_out import WindowsOutWriter, read_windows
-from rankwatch.pipeline.aggregates import RankingAggregate
-from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_lists
-from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate, aggregate_lists
+from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import SliceKey
 
@@ -59,9 +59,9 @@ def write_baseline_file(
     variant: str | None = None,
     model: str | None = None,
 ) -> dict[str, object]:
-    """A baseline file written by ``pipeline.offline.write_baseline``; returns the written document."""
+    """A baseline file written by ``pipeline.offline.baseline.write_baseline``; returns the written document."""
     from rankwatch.pipeline.clock import ManualClock
-    from rankwatch.pipeline.offline import BaselineResult, write_baseline
+    from rankwatch.pipeline.offline.baseline import BaselineResult, write_baseline
     from rankwatch.pipeline.slicing import SliceSpec
 
     by = tuple(sorted({k for key in slices for k, _ in key}))

@@ -26,9 +26,9 @@ from rankwatch.exporters.collector import build_registry
 from rankwatch.exporters.health import HealthFigures
 from rankwatch.exporters.http import MetricsServer
 from rankwatch.exporters.state import MetricsState
-from rankwatch.pipeline.aggregates import RankingAggregate
 from rankwatch.pipeline.clock import ManualClock
-from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import SliceKey
 

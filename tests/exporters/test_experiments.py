@@ -12,12 +12,12 @@ from rankwatch.commands.run import experiment_collector
 from rankwatch.config import config_from_dict
 from rankwatch.errors import ConfigError
 from rankwatch.exporters.experiments import FAMILIES, ExperimentCollector
-from rankwatch.pipeline.abonline import ExperimentAccumulator
 from rankwatch.pipeline.clock import ManualClock
-from rankwatch.pipeline.experiment import ExperimentSpec
-from rankwatch.pipeline.generator import ExperimentTraffic, TrafficConfig, generate_events
+from rankwatch.pipeline.experiments.online import ExperimentAccumulator
+from rankwatch.pipeline.experiments.spec import ExperimentSpec
 from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor
+from rankwatch.pipeline.traffic.generator import ExperimentTraffic, TrafficConfig, generate_events
 
 
 def _published(seed: int) -> list:
@@ -70,7 +70,7 @@ def test_run_refuses_an_experiment_whose_arm_is_not_sliced(tmp_path: Path) -> No
     ok = config_from_dict({"slices": {"by": ["segment", "surface", "variant"]}, "experiments": [{"name": "x"}]})
     assert isinstance(experiment_collector(ok), ExperimentCollector)
     user = config_from_dict({"slices": {"by": ["segment", "variant"]}, "experiments": [{"name": "x", "unit": "user"}]})
-    collector = experiment_collector(user)  # user-unit experiments are exported too (pipeline/abusers.py)
+    collector = experiment_collector(user)  # user-unit experiments are exported too (pipeline/experiments/users.py)
     assert isinstance(collector, ExperimentCollector) and collector.specs[0].unit == "user"
 
 
@@ -104,8 +104,8 @@ def test_state_rides_in_the_pairs_snapshots_and_sums_are_fleet_exact() -> None:
     """Two partition pairs, one restored from its snapshot half-way (a rebalance), against one processor."""
     import zlib
 
-    from rankwatch.pipeline.abonline import ExperimentSums
-    from rankwatch.pipeline.events import SourceRef
+    from rankwatch.pipeline.events.records import SourceRef
+    from rankwatch.pipeline.experiments.online import ExperimentSums
 
     spec = ExperimentSpec(name="exp")
     base = StreamConfig(windows=("5m", "1h"), slice_spec=SliceSpec(by=("segment", "surface", "variant")),

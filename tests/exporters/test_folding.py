@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankwatch.exporters.folding import ExporterLabelCapper, group_by_labels, merge_aggregates, rollups
-from rankwatch.pipeline.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate
 
 
 def same(a: RankingAggregate, b: RankingAggregate) -> bool:

@@ -13,7 +13,7 @@ from rankwatch.exporters.health import health_from_stats
 from rankwatch.exporters.state import MetricsState
 from rankwatch.pipeline.clock import ManualClock, datetime_to_ms
 from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.stream import OUTCOMES, StreamConfig, StreamProcessor
+from rankwatch.pipeline.stream.processor import OUTCOMES, StreamConfig, StreamProcessor
 
 
 def _impression(i: int, ts: int, segment: str) -> bytes:

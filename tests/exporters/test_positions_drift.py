@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from rankwatch.exporters.baselines import BaselineWatcher
 from rankwatch.exporters.collector import build_registry
 from rankwatch.exporters.state import MetricsState
-from rankwatch.pipeline.drift import ScoreDistribution, score_drift
+from rankwatch.pipeline.metrics.drift import ScoreDistribution, score_drift
 
 KEYS = grid_keys(["a", "b"], ["x", "y"])
 
@@ -68,8 +68,8 @@ def test_gauc_cap_hit_is_exported() -> None:
 
     from exporter_helpers import T0
 
-    from rankwatch.pipeline.aggregates import aggregate_lists
-    from rankwatch.pipeline.options import MetricOptions
+    from rankwatch.pipeline.metrics.aggregates import aggregate_lists
+    from rankwatch.pipeline.metrics.options import MetricOptions
     from rankwatch.pipeline.published import PublishedWindow
 
     options = MetricOptions(gauc_max_items=30)

@@ -13,7 +13,7 @@ from exporter_helpers import T0
 from rankwatch.exporters.scheduling import BASELINE_JOB, LAG_JOB, TICK_JOB, ExporterScheduler
 from rankwatch.exporters.state import MetricsState
 from rankwatch.pipeline.clock import ManualClock, datetime_to_ms
-from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor
 
 
 def _wait(predicate, timeout_s: float = 10.0) -> bool:

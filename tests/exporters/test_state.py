@@ -13,9 +13,9 @@ from exporter_helpers import OPTIONS, T0, grid_keys, parse_exposition, scrape, s
 from rankwatch.exporters.collector import build_registry
 from rankwatch.exporters.http import MetricsServer
 from rankwatch.exporters.state import MetricsState
-from rankwatch.pipeline.aggregates import RankingAggregate, aggregate_lists
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate, aggregate_lists
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.stream import StreamConfig
+from rankwatch.pipeline.stream.processor import StreamConfig
 
 
 def test_cardinality_attack_is_bounded_and_counted() -> None:

@@ -1,4 +1,4 @@
-"""Messy traffic for the golden stream test, generated here (not by pipeline.generator, which other
+"""Messy traffic for the golden stream test, generated here (not by pipeline.traffic.generator, which other
 changes may reshape): both impression forms, ties, gaps in positions, an item shown twice, RFC 3339 and
 epoch timestamps, duplicates, disorder beyond the allowed bound, early/late/orphan/after-finalization
 feedback, and bad lines of every reject reason. Deterministic for a seed."""

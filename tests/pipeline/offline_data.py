@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rankwatch.pipeline.offline import BaselineResult
+from rankwatch.pipeline.offline.baseline import BaselineResult
 
 TOL = 1e-12
 

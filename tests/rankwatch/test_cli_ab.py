@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from tests.pipeline.test_abstats import _naive_bh
 
 from rankwatch.cli import main
-from rankwatch.pipeline.generator import TrafficConfig, evaluation_frame, generate_with_truth
+from rankwatch.pipeline.traffic.generator import TrafficConfig, evaluation_frame, generate_with_truth
 from tests.pipeline import naive_metrics as naive
-from tests.pipeline.test_abstats import _naive_bh
 
 
 def _random_rows(seed: int, n_requests: int = 900) -> pd.DataFrame:
@@ -219,14 +219,14 @@ def test_config_experiment_start_and_arms(tmp_path: Path, capsys) -> None:
 def test_prometheus_source_equals_the_accumulated_report(capsys) -> None:
     """A fake Prometheus serving two instances' rankwatch_experiment_* samples through /api/v1/query."""
     from rankwatch.exporters.experiments import ExperimentCollector
-    from rankwatch.pipeline.abonline import ExperimentAccumulator
-    from rankwatch.pipeline.abreport import experiment_report
-    from rankwatch.pipeline.experiment import ExperimentSpec
+    from rankwatch.pipeline.experiments.online import ExperimentAccumulator
+    from rankwatch.pipeline.experiments.report import experiment_report
+    from rankwatch.pipeline.experiments.spec import ExperimentSpec
     from tests.exporters.test_experiments import _published
 
     spec = ExperimentSpec(name="exp", min_requests=100)
     by = ("segment", "surface", "variant")
-    options = __import__("rankwatch.pipeline.options", fromlist=["MetricOptions"]).MetricOptions()
+    options = __import__("rankwatch.pipeline.metrics.options", fromlist=["MetricOptions"]).MetricOptions()
     whole = ExperimentAccumulator(spec, options, slice_by=by, window="5m")
     instances = [ExperimentCollector([ExperimentAccumulator(spec, options, slice_by=by, window="5m")]) for _ in "ab"]
     for i, pw in enumerate(_published(8)):
@@ -300,12 +300,12 @@ def test_prometheus_source_of_a_user_unit_experiment_equals_the_processors_repor
     import zlib
 
     from rankwatch.exporters.experiments import ExperimentCollector
-    from rankwatch.pipeline.abreport import experiment_report
     from rankwatch.pipeline.clock import ManualClock
-    from rankwatch.pipeline.experiment import ExperimentSpec
-    from rankwatch.pipeline.generator import ExperimentTraffic, TrafficConfig, generate_with_truth
+    from rankwatch.pipeline.experiments.report import experiment_report
+    from rankwatch.pipeline.experiments.spec import ExperimentSpec
     from rankwatch.pipeline.slicing import SliceSpec
-    from rankwatch.pipeline.stream import StreamConfig, StreamProcessor
+    from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor
+    from rankwatch.pipeline.traffic.generator import ExperimentTraffic, TrafficConfig, generate_with_truth
 
     spec = ExperimentSpec(name="byuser", unit="user", min_requests=100)
     config = StreamConfig(windows=("5m",), slice_spec=SliceSpec(by=("segment", "surface", "variant")), experiments=(spec,))

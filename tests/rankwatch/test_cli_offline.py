@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from rankwatch.cli import main
-from rankwatch.pipeline.offline import compute_baseline, load_baseline
-from rankwatch.pipeline.options import MetricOptions
+from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.offline.baseline import compute_baseline, load_baseline
 from rankwatch.pipeline.slicing import SliceSpec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import pytest
 from rankwatch.cli import main
 from rankwatch.commands.offline import parse_size
 from rankwatch.errors import ConfigError
-from rankwatch.pipeline.offline import compute_baseline
-from rankwatch.pipeline.readers import read_evaluation_files
+from rankwatch.pipeline.offline.baseline import compute_baseline
+from rankwatch.pipeline.offline.readers import read_evaluation_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
 from offline_data import _close  # noqa: E402

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from rankwatch.cli import main
-from rankwatch.pipeline.aggregates import RankingAggregate
-from rankwatch.pipeline.generator import TrafficConfig, generate_with_truth
-from rankwatch.pipeline.options import MetricOptions
-from rankwatch.pipeline.result import result_document
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.metrics.result import result_document
+from rankwatch.pipeline.traffic.generator import TrafficConfig, generate_with_truth
 
 START = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 CFG = TrafficConfig(seed=31, start=START, duration_s=2 * 3600, requests_per_second=0.25, duplicate_rate=0.05,
@@ -146,7 +146,7 @@ def test_corrupt_gzip_is_one_line(tmp_path: Path, capsys):
 
 def test_replay_equals_offline_for_the_issue_13_metrics(logs, capsys):
     """P/R/hit rate, GAUC by user, positive rate and click-through by rank: replay == offline on the joined rows."""
-    from rankwatch.pipeline.offline import compute_baseline
+    from rankwatch.pipeline.offline.baseline import compute_baseline
 
     d, truth, _ = logs
     rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-1.jsonl.gz"),

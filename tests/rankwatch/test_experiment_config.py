@@ -9,7 +9,7 @@ import pytest
 
 from rankwatch.config import load_config
 from rankwatch.errors import ConfigError
-from rankwatch.pipeline.experiment import ExperimentSpec, experiment_from_dict
+from rankwatch.pipeline.experiments.spec import ExperimentSpec, experiment_from_dict
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -48,7 +48,7 @@ def test_the_wheel_has_one_top_level_import_name(wheel: Path) -> None:
     assert tops == {"rankwatch"}
     for layer in LAYERS:
         assert f"rankwatch/{layer}/__init__.py" in names
-    assert "rankwatch/pipeline/kernel.py" in names and "rankwatch/consumers/service.py" in names
+    assert "rankwatch/pipeline/metrics/kernel.py" in names and "rankwatch/consumers/service.py" in names
     (top_level,) = [n for n in names if n.endswith(".dist-info/top_level.txt")] or [None]
     if top_level is not None:
         with zipfile.ZipFile(wheel) as zf:

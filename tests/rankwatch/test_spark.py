@@ -12,9 +12,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
 from offline_data import _close, assert_same_result, random_frame  # noqa: E402
 
-from rankwatch.pipeline.offline import compute_baseline  # noqa: E402
-from rankwatch.pipeline.options import MetricOptions  # noqa: E402
-from rankwatch.pipeline.readers import InvalidEvaluationData, read_evaluation_files  # noqa: E402
+from rankwatch.pipeline.metrics.options import MetricOptions  # noqa: E402
+from rankwatch.pipeline.offline.baseline import compute_baseline  # noqa: E402
+from rankwatch.pipeline.offline.readers import InvalidEvaluationData, read_evaluation_files  # noqa: E402
 from rankwatch.pipeline.slicing import SliceSpec  # noqa: E402
 
 pytest.importorskip("pyspark")

@@ -1,0 +1,478 @@
+r"""GAUC: the impression-weighted mean of per-group AUC-ROC (DIN paper), for many groups at once.
+
+.. math::
+
+    GAUC = \frac{\sum_g w_g \, AUC_g}{\sum_g w_g}, \qquad
+    AUC_g = \frac{1}{P_g N_g} \sum_{i \in g,\, rel_i > 0} \big(N_g^{<s_i} + \tfrac12 N_g^{=s_i}\big)
+
+over the groups g (users, or requests) whose items hold both classes; ``w_g`` is the group's shown items
+(``P_g + N_g``, the default) or its relevant items (``P_g``). One-class groups are left out and counted.
+``AUC_g`` is scikit-learn's ``roc_auc_score`` on the group's items (ties count one half).
+
+Speed (issue 13): no per-group Python loop and no float argsort. Every item becomes one ``uint64`` key,
+``group | score prefix | label``, where the score prefix is the top bits of the score's order-preserving
+integer image; one value sort of these keys (vectorised, several times faster than an argsort) orders the
+items by group, then score, negatives before positives within a tie. Runs of equal ``(group, prefix)``
+give the counts, and cumulative sums give every positive's negatives below. The prefix is exact unless
+two distinct scores share one; that is checked globally on the sorted distinct scores, and only the
+buckets where it happens are recomputed from the true scores (a lexsort of those few items).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from rankwatch.pipeline.metrics.uncertainty import ratio_variance
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+_U64 = np.uint64
+_MIN_PREFIX_BITS = 24  # below this many score bits (over ~2^38 groups) use the exact lexsort
+_BLOCK = 1 << 16  # items per block of the passes done in cache-sized pieces
+
+
+@dataclass(frozen=True)
+class ScoreImage:
+    """The per-item part of the sort keys, built once and shared by the GAUC calls on the same items.
+
+    ``low[i] = prefix(score_i) << 1 | rel_i`` where the prefix is the top ``prefix_bits`` bits of the
+    score's order-preserving ``uint64`` image, with ``prefix_bits = 63 - bits(max_groups)`` so that a
+    group id fits above it. ``affected`` lists the items whose prefix another distinct score shares (their
+    order is recomputed exactly), ``has_ties`` says whether two items have the same score.
+    """
+
+    scores: FloatArray
+    relevant: BoolArray
+    prefix_bits: int
+    low: npt.NDArray[np.uint64]
+    affected: IntArray
+    has_ties: bool
+
+    @property
+    def max_groups(self) -> int:
+        return 1 << (63 - self.prefix_bits)
+
+    @classmethod
+    def of(
+        cls, scores: npt.ArrayLike, relevant: npt.ArrayLike, max_groups: int, *, distinct: FloatArray | None = None
+    ) -> ScoreImage:
+        """``distinct``: the sorted distinct values of ``scores`` when the caller has them (the overall AUC
+        histogram's scores), which saves a sort."""
+        sc = np.ascontiguousarray(scores, dtype=np.float64)
+        rel = np.asarray(relevant, dtype=bool)
+        if sc.shape != rel.shape or sc.ndim != 1:
+            raise ValueError("scores and relevant must be 1-D arrays of one length")
+        prefix_bits = 63 - max(int(max_groups - 1).bit_length(), 1)
+        empty_ids = np.empty(0, dtype=np.int64)
+        if prefix_bits < _MIN_PREFIX_BITS:  # the exact lexsort path needs no image
+            return cls(sc, rel, prefix_bits, np.empty(0, dtype=_U64), empty_ids, True)
+        image = _orderable(sc)
+        drop = _U64(64 - prefix_bits)
+        if distinct is None:
+            ordered = np.sort(image)
+            keep = np.empty(ordered.size, dtype=bool)  # make the sorted images distinct
+            keep[:1] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+            has_ties = not bool(keep.all())
+            shared = _shared_prefixes(ordered[keep] if has_ties else ordered, drop, floats=False)
+        else:
+            has_ties = distinct.size < sc.size
+            shared = _shared_prefixes(np.ascontiguousarray(distinct, dtype=np.float64), drop, floats=True)
+        # ``image`` becomes the prefixes, then the low key bits, in place (a fresh 4 M-item array costs
+        # page faults).
+        prefix = image
+        prefix >>= drop
+        affected = empty_ids
+        if shared.size:
+            # Membership of a few prefixes: a bit table on their low 20 bits first (read in blocks), then an
+            # exact search.
+            table = np.zeros(1 << 20, dtype=bool)
+            table[(shared & _U64(0xFFFFF)).view(np.int64)] = True
+            in_table = np.empty(prefix.size, dtype=bool)
+            for a in range(0, prefix.size, _BLOCK):
+                block = prefix[a : a + _BLOCK] & _U64(0xFFFFF)
+                np.take(table, block.view(np.int64), out=in_table[a : a + _BLOCK])
+            candidates = np.flatnonzero(in_table)
+            at = np.minimum(np.searchsorted(shared, prefix[candidates]), shared.size - 1)
+            affected = candidates[shared[at] == prefix[candidates]]
+        low = prefix
+        low <<= _U64(1)
+        low |= rel  # the label in the lowest bit
+        return cls(sc, rel, prefix_bits, low, affected, has_ties)
+
+
+@dataclass(frozen=True)
+class GroupAuc:
+    """Per group: positives, negatives and the AUC numerator ``sum_pos (neg below + neg tied / 2)``."""
+
+    pos: IntArray
+    neg: IntArray
+    numerator: FloatArray
+
+    def auc(self) -> FloatArray:
+        """AUC-ROC per group, NaN for one-class groups."""
+        pairs = (self.pos * self.neg).astype(np.float64)
+        out = np.full(pairs.shape, np.nan)
+        np.divide(self.numerator, pairs, out=out, where=pairs > 0)
+        return out
+
+
+def group_auc(
+    group: npt.ArrayLike,
+    scores: npt.ArrayLike,
+    relevant: npt.ArrayLike,
+    n_groups: int,
+    *,
+    image: ScoreImage | None = None,
+) -> GroupAuc:
+    """AUC counts of every group id in ``range(n_groups)`` (see the module notes for the method).
+
+    ``image`` may pass :meth:`ScoreImage.of` of the same scores and labels to share that work.
+    """
+    grp = np.asarray(group, dtype=np.int64)
+    rel = np.asarray(relevant, dtype=bool)
+    if grp.shape != rel.shape or grp.ndim != 1:
+        raise ValueError("group, scores and relevant must be 1-D arrays of one length")
+    if grp.size and (grp.min() < 0 or grp.max() >= n_groups):
+        raise ValueError("group ids must lie in range(n_groups)")
+    pos = np.bincount(grp[rel], minlength=n_groups).astype(np.int64)
+    size = np.bincount(grp, minlength=n_groups).astype(np.int64)
+    return _group_auc(grp, pos, size, image or ScoreImage.of(scores, rel, n_groups))
+
+
+def request_group_auc(
+    request_group: IntArray, lengths: IntArray, n_relevant: IntArray, n_groups: int, image: ScoreImage
+) -> GroupAuc:
+    """:func:`group_auc` with a group id per request (lists flat, in request order): the per-group counts
+    come from the per-request lengths and relevant counts, not from passes over the items."""
+    pos = np.bincount(request_group, weights=n_relevant, minlength=n_groups).astype(np.int64)
+    size = np.bincount(request_group, weights=lengths, minlength=n_groups).astype(np.int64)
+    if image.prefix_bits < _MIN_PREFIX_BITS or n_groups > image.max_groups:
+        return _group_auc(np.repeat(request_group, lengths), pos, size, image)
+    # Shift the group ids per request, then expand: one pass over the items fewer.
+    keys = np.repeat((request_group << (image.prefix_bits + 1)).view(_U64), lengths)
+    if keys.shape != image.low.shape:
+        raise ValueError("the score image was built from other items")
+    keys |= image.low
+    return _group_auc(None, pos, size, image, keys=keys)
+
+
+def _group_auc(
+    grp: IntArray | None, pos: IntArray, size: IntArray, image: ScoreImage, *, keys: npt.NDArray[np.uint64] | None = None
+) -> GroupAuc:
+    n_groups = int(pos.size)
+    numerator = np.zeros(n_groups)
+    n_items = grp.size if grp is not None else (keys.size if keys is not None else 0)
+    if n_items != image.scores.size:
+        raise ValueError("the score image was built from other items")
+    if n_groups > image.max_groups:
+        raise ValueError(f"the score image holds at most {image.max_groups} groups")
+    if n_items == 0 or not np.any((pos > 0) & (pos < size)):
+        return GroupAuc(pos, size - pos, numerator)
+    # One-class groups get a zero numerator below; they are sorted along (filtering costs more gathers).
+    prefix_bits = image.prefix_bits
+    if prefix_bits < _MIN_PREFIX_BITS:
+        assert grp is not None
+        order = np.lexsort((image.scores, grp))
+        ids, num = _sorted_runs(grp[order], image.scores[order], image.relevant[order])
+        return GroupAuc(pos, size - pos, numerator + np.bincount(ids, weights=num, minlength=n_groups))
+    if keys is None:
+        assert grp is not None
+        keys = (grp << (prefix_bits + 1)).view(_U64) | image.low
+    # The keys are built for this call: sort them in place (the affected items' buckets are read first).
+    affected_bucket = keys[image.affected] >> _U64(1) if image.affected.size else None
+    keys.sort()
+    ordered = keys
+    numerator += _numerators_of_sorted(ordered, pos, size)
+    tie_share = 1.0  # what the sort counted for each positive/negative pair inside one bucket
+    if image.has_ties:
+        bucket = ordered >> _U64(1)
+        tied = bucket[1:] == bucket[:-1]
+        if tied.any():
+            # A positive counted every negative of its tie run as below it; ties count one half.
+            in_run = np.zeros(bucket.size, dtype=bool)
+            in_run[1:] |= tied
+            in_run[:-1] |= tied
+            run_bucket, run_pos, run_neg = _runs(bucket[in_run], (ordered[in_run] & _U64(1)).astype(np.int64))
+            run_group = (run_bucket >> _U64(prefix_bits)).astype(np.int64)
+            numerator -= np.bincount(run_group, weights=0.5 * run_pos * run_neg, minlength=n_groups)
+        tie_share = 0.5
+    if image.affected.size:
+        # Buckets whose prefix two distinct scores share: the sort ranked their pairs as ties. Replace
+        # that term with the exact one, from those items' true scores.
+        items = image.affected
+        assert affected_bucket is not None
+        item_bucket = affected_bucket.astype(np.int64)
+        order = np.lexsort((image.scores[items], item_bucket))
+        item_bucket, item_sc, item_rel = item_bucket[order], image.scores[items][order], image.relevant[items][order]
+        b_ids, b_pos, b_neg = _runs(item_bucket, item_rel.astype(np.int64))
+        b_group = (b_ids >> prefix_bits).astype(np.int64)
+        numerator -= np.bincount(b_group, weights=tie_share * b_pos * b_neg, minlength=n_groups)
+        e_ids, e_num = _sorted_runs(item_bucket, item_sc, item_rel)
+        numerator += np.bincount((e_ids >> prefix_bits).astype(np.int64), weights=e_num, minlength=n_groups)
+    return GroupAuc(pos, size - pos, numerator)
+
+
+def _numerators_of_sorted(ordered: npt.NDArray[np.uint64], pos: IntArray, size: IntArray) -> FloatArray:
+    """Per group: sum over its positives of the negatives sorted before them in the group.
+
+    Items are sorted by group (group ``g`` holds ``size[g]`` items, ``pos[g]`` positive) and the label is
+    the key's lowest bit. With ``l_1 < ... < l_P`` the positives' places inside the group, the ``k``-th
+    has ``l_k - (k - 1)`` negatives before it: the sum is ``sum_k l_k - P (P - 1) / 2`` (Mann-Whitney).
+    ``sum_k l_k`` is one ``reduceat`` over the positives' flat indices minus ``P`` times the group's start.
+    """
+    if np.little_endian:  # the label bit sits in each key's first byte: read bytes, not whole keys
+        label = ordered.view(np.uint8)[::8] & 1
+    else:
+        label = (ordered & _U64(1)).astype(np.uint8)
+    # The positives of group g are the hits cut[g]:cut[g] + pos[g] (groups are contiguous and in order), so
+    # summing their places needs only the positives, not a weighted pass over every item.
+    hits = np.flatnonzero(label.view(np.bool_))  # 0/1 bytes read as booleans: numpy's fast nonzero path
+    starts = np.cumsum(size) - size
+    has_pos = pos > 0
+    index_sum = np.zeros(size.size, dtype=np.int64)
+    if hits.size:
+        index_sum[has_pos] = np.add.reduceat(hits, (np.cumsum(pos) - pos)[has_pos])
+    return (index_sum - pos * starts - pos * (pos - 1) // 2).astype(np.float64)
+
+
+def _runs(outer: npt.NDArray[Any], ones: IntArray) -> tuple[npt.NDArray[Any], IntArray, IntArray]:
+    """Runs of equal ``outer`` values (sorted): each run's value, its sum of ``ones`` and its other items."""
+    new_run = np.empty(outer.size, dtype=bool)
+    new_run[:1] = True
+    np.not_equal(outer[1:], outer[:-1], out=new_run[1:])
+    starts = np.flatnonzero(new_run)
+    run_pos = np.add.reduceat(ones, starts) if starts.size else np.empty(0, np.int64)
+    return outer[starts], run_pos, np.diff(starts, append=outer.size).astype(np.int64) - run_pos
+
+
+def _shared_prefixes(ordered: npt.NDArray[Any], drop: np.uint64, *, floats: bool) -> npt.NDArray[np.uint64]:
+    """Sorted distinct score prefixes (``image >> drop``) that two neighbours of ``ordered`` share.
+
+    ``ordered`` holds sorted distinct scores: their ``uint64`` images, or the float scores themselves when
+    ``floats`` (imaged here). Two distinct scores share a prefix iff neighbours in sorted order do. Done
+    in cache-sized blocks (overlapping by one item): no full-size image or prefix array.
+    """
+    found = []
+    for a in range(0, max(ordered.size - 1, 0), _BLOCK):
+        block = ordered[a : a + _BLOCK + 1]
+        pref = _orderable(block) if floats else block >> drop
+        if floats:
+            pref >>= drop
+        same = pref[1:] == pref[:-1]
+        if same.any():
+            found.append(pref[1:][same])
+    return np.unique(np.concatenate(found)) if found else np.empty(0, dtype=_U64)
+
+
+def _orderable(scores: FloatArray) -> npt.NDArray[np.uint64]:
+    """A ``uint64`` image of float64 scores with the same order (IEEE 754 bits: flip all bits of a
+    negative number, set the sign bit of a positive one). ``-0.0`` is mapped to ``+0.0`` first."""
+    bits = (scores + 0.0).view(_U64)  # a new array: modified in place below
+    # The flip mask is built in cache-sized blocks: one small buffer instead of a second full-size array.
+    flip = np.empty(min(_BLOCK, bits.size), dtype=np.int64)
+    for a in range(0, bits.size, _BLOCK):
+        block = bits[a : a + _BLOCK]
+        mask = flip[: block.size]
+        np.right_shift(block.view(np.int64), 63, out=mask)
+        umask = mask.view(_U64)
+        umask |= _U64(1 << 63)
+        block ^= umask
+    return bits
+
+
+def _sorted_runs(outer: IntArray, scores: FloatArray, rel: BoolArray) -> tuple[IntArray, FloatArray]:
+    """Items sorted by ``(outer, score)``: per run of equal ``(outer, score)``, its outer id and numerator."""
+    new_run = np.empty(outer.size, dtype=bool)
+    if outer.size:
+        new_run[0] = True
+        np.not_equal(outer[1:], outer[:-1], out=new_run[1:])
+        new_run[1:] |= scores[1:] != scores[:-1]
+    starts = np.flatnonzero(new_run)
+    run_pos = np.add.reduceat(rel.astype(np.int64), starts) if starts.size else np.empty(0, np.int64)
+    run_neg = np.diff(starts, append=outer.size).astype(np.int64) - run_pos
+    run_outer = outer[starts]
+    return run_outer, _numerators(run_outer, run_pos, run_neg)
+
+
+def _numerators(run_outer: IntArray, run_pos: IntArray, run_neg: IntArray) -> FloatArray:
+    """``pos_r * (negatives of earlier runs of the same outer id + neg_r / 2)`` for runs sorted by outer id."""
+    neg_before = np.cumsum(run_neg) - run_neg
+    first = np.empty(run_outer.size, dtype=bool)
+    if run_outer.size:
+        first[0] = True
+        np.not_equal(run_outer[1:], run_outer[:-1], out=first[1:])
+    # Negatives before the outer id's first run, carried forward over its runs.
+    base = np.maximum.accumulate(np.where(first, neg_before, 0))
+    out = np.asarray(run_pos * ((neg_before - base) + 0.5 * run_neg), dtype=np.float64)
+    return out
+
+
+class GaucSums:
+    """Mergeable GAUC state of a slice: closed sums, plus the items of still-open groups (online, by user).
+
+    ``weighted`` = sum of ``w_g AUC_g`` and ``weight`` = sum of ``w_g`` over closed two-class groups;
+    ``groups``/``excluded`` count closed groups with/without both classes. The open items (a 64-bit
+    group key, score, relevance) belong to groups that may still grow; :meth:`value` evaluates them.
+    They are kept as a list of chunks, joined only when read, so merging many small batches into a
+    window costs linear time. At most ``max_open_items`` are kept by :meth:`merge`; the rest are dropped
+    and counted in ``dropped``. ``available`` is False when the input had no group key (offline without
+    ``user_id``): GAUC is then null.
+    """
+
+    __slots__ = ("weighted", "weight", "groups", "excluded", "available", "dropped", "_chunks", "_n_open", "moments")
+
+    def __init__(
+        self,
+        weighted: float = 0.0,
+        weight: float = 0.0,
+        groups: int = 0,
+        excluded: int = 0,
+        available: bool = True,
+        dropped: int = 0,
+        open_keys: IntArray | None = None,
+        open_scores: FloatArray | None = None,
+        open_relevant: BoolArray | None = None,
+        moments: tuple[float, float, float] | None = (0.0, 0.0, 0.0),
+    ) -> None:
+        self.weighted, self.weight, self.groups, self.excluded = weighted, weight, groups, excluded
+        self.available, self.dropped = available, dropped
+        # sum (w_g AUC_g)^2, sum w_g^2, sum w_g^2 AUC_g over the closed groups (the GAUC standard error);
+        # None for states written before the moments were kept.
+        self.moments = moments
+        self._chunks: list[tuple[IntArray, FloatArray, BoolArray]] = []
+        self._n_open = 0
+        if open_keys is not None and open_keys.size:
+            assert open_scores is not None and open_relevant is not None
+            self._chunks.append((open_keys, open_scores, open_relevant))
+            self._n_open = int(open_keys.size)
+
+    @property
+    def n_open(self) -> int:
+        return self._n_open
+
+    def open_items(self) -> tuple[IntArray, FloatArray, BoolArray]:
+        """The open items as three arrays (the chunks joined once, then kept joined)."""
+        if not self._chunks:
+            return np.empty(0, np.int64), np.empty(0), np.empty(0, bool)
+        if len(self._chunks) > 1:
+            self._chunks = [tuple(np.concatenate(parts) for parts in zip(*self._chunks, strict=True))]  # type: ignore[list-item]
+        return self._chunks[0]
+
+    def merge(self, other: GaucSums, max_open_items: int) -> None:
+        self.weighted += other.weighted
+        self.weight += other.weight
+        self.groups += other.groups
+        self.excluded += other.excluded
+        self.available = self.available and other.available
+        self.dropped += other.dropped
+        self.moments = _add_moments(self.moments, other.moments)
+        room = max(max_open_items - self._n_open, 0)
+        for keys, scores, rel in other._chunks:
+            take = min(room, keys.size)
+            self.dropped += int(keys.size) - take
+            if take:
+                self._chunks.append((keys[:take], scores[:take], rel[:take]))
+                self._n_open += take
+                room -= take
+
+    def totals(self, weight_kind: str) -> tuple[float, float, int, int]:
+        """``(weighted, weight, groups, excluded)`` including the open groups."""
+        return self._closed(weight_kind)[:4]  # type: ignore[return-value]
+
+    def _closed(self, weight_kind: str) -> tuple[float, float, int, int, tuple[float, float, float] | None]:
+        """The sums and moments with the open groups closed (not stored: they may still grow)."""
+        if self._n_open == 0:
+            return self.weighted, self.weight, self.groups, self.excluded, self.moments
+        keys, scores, rel = self.open_items()
+        codes, dense = np.unique(keys, return_inverse=True)
+        counts = group_auc(dense.reshape(-1), scores, rel, codes.size)
+        w, s, g, e, m = weighted_moments(counts, np.zeros(codes.size, np.int64), 1, weight_kind)
+        return (self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]),
+                self.excluded + int(e[0]), _add_moments(self.moments, _moments_of(m[0])))  # fmt: skip
+
+    def value(self, weight_kind: str) -> tuple[float | None, int | None, int | None]:
+        """``(gauc, groups, excluded)``; GAUC is None without a two-class group or without a group key."""
+        if not self.available:
+            return None, None, None
+        weighted, weight, groups, excluded = self.totals(weight_kind)
+        return (weighted / weight if weight > 0 else None), groups, excluded
+
+    def stderr(self, weight_kind: str) -> float | None:
+        r"""SE of GAUC as a ratio of sums over independent groups (users), by the delta method.
+
+        :math:`GAUC = \sum_g w_g A_g / \sum_g w_g`; with :math:`Y_g = w_g A_g` and :math:`N_g = w_g` this
+        is :func:`pipeline.metrics.uncertainty.ratio_variance` over the two-class groups, which counts both the
+        spread of the groups' AUCs and each group's own estimation noise (a group-clustered SE). None
+        below two groups, without a group key, or for a state from before the moments were kept.
+        """
+        if not self.available:
+            return None
+        weighted, weight, groups, _excluded, moments = self._closed(weight_kind)
+        if moments is None:
+            return None
+        var = ratio_variance(groups, weighted, weight, moments[0], moments[1], moments[2])
+        return None if var is None else math.sqrt(var)
+
+    def to_state(self) -> dict[str, Any]:
+        keys, scores, rel = self.open_items()
+        return {
+            "sums": [self.weighted, self.weight, self.groups, self.excluded, self.available, self.dropped],
+            **({} if self.moments is None else {"moments": list(self.moments)}),
+            "keys": keys.astype("<i8").tobytes(),
+            "scores": scores.astype("<f8").tobytes(),
+            "relevant": rel.astype("u1").tobytes(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> GaucSums:
+        w, s, g, e, a, d = state["sums"]
+        moments = state.get("moments")
+        return cls(
+            float(w), float(s), int(g), int(e), bool(a), int(d),
+            np.frombuffer(state["keys"], dtype="<i8").astype(np.int64),
+            np.frombuffer(state["scores"], dtype="<f8").astype(np.float64),
+            np.frombuffer(state["relevant"], dtype="u1").astype(bool),
+            None if moments is None else _moments_of(moments),
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GaucSums) and self.to_state() == other.to_state()
+
+
+def weighted_moments(
+    counts: GroupAuc, slice_of_group: IntArray, n_slices: int, weight_kind: str
+) -> tuple[FloatArray, FloatArray, IntArray, IntArray, FloatArray]:
+    """Per slice: ``sum w_g AUC_g``, ``sum w_g``, two-class groups, one-class groups (non-empty), and the
+    second moments ``sum (w_g AUC_g)^2``, ``sum w_g^2``, ``sum w_g^2 AUC_g`` (columns of the last array)
+    that the GAUC standard error needs."""
+    present = (counts.pos + counts.neg) > 0
+    mixed = (counts.pos > 0) & (counts.neg > 0)
+    w = (counts.pos + counts.neg if weight_kind == "impressions" else counts.pos).astype(np.float64)
+    sl, auc, wm = slice_of_group[mixed], counts.auc()[mixed], w[mixed]
+    wa = wm * auc
+    weighted = np.bincount(sl, weights=wa, minlength=n_slices).astype(np.float64)
+    weight = np.bincount(sl, weights=wm, minlength=n_slices).astype(np.float64)
+    groups = np.bincount(sl, minlength=n_slices).astype(np.int64)
+    excluded = np.bincount(slice_of_group[present & ~mixed], minlength=n_slices).astype(np.int64)
+    moments = np.stack([np.bincount(sl, weights=x, minlength=n_slices) for x in (wa * wa, wm * wm, wa * wm)],
+                       axis=1).astype(np.float64)  # fmt: skip
+    return weighted, weight, groups, excluded, moments
+
+
+def _moments_of(values: Any) -> tuple[float, float, float]:
+    a, b, c = (float(x) for x in values)
+    return a, b, c
+
+
+def _add_moments(
+    a: tuple[float, float, float] | None, b: tuple[float, float, float] | None
+) -> tuple[float, float, float] | None:
+    """Moments of two disjoint sets of groups; unknown (None) if either is."""
+    return None if a is None or b is None else (a[0] + b[0], a[1] + b[1], a[2] + b[2])

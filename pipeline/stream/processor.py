@@ -1,0 +1,426 @@
+"""The streaming core: validated events in, published event-time windows out (SPEC sections 1 to 3).
+
+:class:`StreamProcessor` wires :mod:`pipeline.events.validation` (decoding), :mod:`pipeline.stream.join` (pending
+requests), :mod:`pipeline.stream.memory` (dedupe, finalized ids, early feedback), :mod:`pipeline.stream.watermark` and
+:mod:`pipeline.stream.windows`. It is single-threaded and pure: time comes from event timestamps and, only in
+:meth:`StreamProcessor.tick`, from the injected clock. docs/streaming.md explains every decision.
+
+Event outcomes (``stats().outcomes[stream][outcome]``), each event counted exactly once:
+
+- ``rejected``: bad input (reason in ``stats().rejects``), sent to the dead-letter sink;
+- ``duplicate``: an ``event_id`` already seen (within the dedupe memory);
+- ``late``: an impression whose request's deadline the stepped watermark already passed, or feedback that
+  came after its request was finalized or lies outside its attribution window;
+- ``orphan``: feedback whose request was never seen by the time no impression could still claim it;
+- ``accepted``: everything else (feedback: once it is attributed).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rankwatch.pipeline.clock import Clock, datetime_to_ms
+from rankwatch.pipeline.events.deadletter import DeadLetter, DeadLetterSink
+from rankwatch.pipeline.events.records import Feedback, Impression, SourceRef
+from rankwatch.pipeline.events.validation import (
+    Rejection,
+    RejectReason,
+    feedback_or_rejection,
+    impression_or_rejection,
+)
+from rankwatch.pipeline.metrics.aggregates import aggregate_groups
+from rankwatch.pipeline.metrics.kernel import per_request_metrics
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.slicing import LabelCapper, SliceKey
+from rankwatch.pipeline.stream.batch import process_batch
+from rankwatch.pipeline.stream.config import OUTCOMES, STREAMS, StreamConfig, StreamStats
+from rankwatch.pipeline.stream.experiments import StreamExperiments
+from rankwatch.pipeline.stream.join import FinalizedBatch, PendingRequests, feedback_entry
+from rankwatch.pipeline.stream.memory import EarlyFeedback, ExpiringIds
+from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
+from rankwatch.pipeline.stream.staging import ListStaging
+from rankwatch.pipeline.stream.watermark import Watermark
+from rankwatch.pipeline.stream.windows import WindowSet, parse_duration_ms
+
+
+class StreamProcessor:
+    """Decode, validate, dedupe, join, window and publish (see module docstring)."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        *,
+        clock: Clock,
+        dead_letters: DeadLetterSink | None = None,
+        partitions: tuple[int, ...] = (),
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.dead_letters = dead_letters
+        self.partitions = tuple(partitions)
+        cfg = config
+        self._attr = cfg.attribution_window_ms
+        self._step = cfg.finalize_step_ms
+        self._grades = dict(cfg.action_grades)
+        self._pending = PendingRequests(
+            attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
+            max_items_per_request=cfg.max_items_per_request,
+        )
+        self._early = EarlyFeedback(
+            attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
+            capacity=cfg.max_pending_feedback,
+        )
+        self._seen = ExpiringIds(
+            capacity=cfg.dedupe_capacity,
+            retention_ms=cfg.attribution_window_ms + cfg.allowed_disorder_ms + cfg.finalize_step_ms,
+        )
+        self._finalized = ExpiringIds(capacity=cfg.finalized_memory, retention_ms=cfg.attribution_window_ms)
+        self._watermark = Watermark(
+            partitions=self.partitions, allowed_disorder_ms=cfg.allowed_disorder_ms, idle_timeout_ms=cfg.idle_timeout_ms
+        )
+        self._wm_step: int | None = None  # the stepped watermark everything is decided against
+        # Without partitions, an event at or below the largest ts seen since the last tick cannot change
+        # the watermark (its partition is already marked active): such events skip Watermark.observe.
+        self._skip_observe_upto = -1
+        self._windows = WindowSet(cfg.windows, cfg.metric_options)
+        self._staging = ListStaging(
+            group_ms=math.gcd(*self._windows.sizes_ms), attribution_window_ms=cfg.attribution_window_ms
+        )
+        self._capper = LabelCapper(cfg.slice_spec.max_values_per_label)
+        self._by = cfg.slice_spec.by
+        # The raw slice-label values of an impression as a tuple, in one C call.
+        self._labels_of: Callable[[Impression], tuple[str, ...]] = (
+            operator.attrgetter(*self._by) if len(self._by) > 1
+            else (lambda imp: tuple(getattr(imp, lbl) for lbl in self._by))
+        )
+        self._combo_ids: dict[tuple[str, ...], int] = {}
+        self._combo_keys: list[SliceKey] = []
+        self._combo_cache: dict[tuple[str, ...], int] = {}  # raw values that needed no folding -> combo
+        self._wire_combo: dict[tuple[str | None, ...], int] = {}  # the same, keyed by wire labels (batch path)
+        self._imp = dict.fromkeys(OUTCOMES, 0)
+        self._clk = dict.fromkeys(OUTCOMES, 0)
+        self._rejects: dict[tuple[str, str], int] = {}
+        self._evicted = 0
+        self._finalized_count = 0
+        self._detached = 0
+        self._experiments = StreamExperiments(cfg.experiments, cfg.metric_options, slice_by=cfg.slice_spec.by,
+                                              smallest_window=min(cfg.windows, key=parse_duration_ms))
+
+    # -- public API ------------------------------------------------------------------------------------
+    def process_impression(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
+        cfg = self.config
+        imp = impression_or_rejection(raw, cfg.max_event_bytes, cfg.max_items_per_request)
+        if type(imp) is not Impression:
+            self._reject("impressions", raw, imp, source)  # type: ignore[arg-type]
+            return []
+        out = self._first_sighting(imp.event_id, imp.ts_ms, source, self._imp)
+        if out is None:
+            return []
+        rid = imp.request_id
+        ws = self._wm_step
+        if (ws is not None and imp.ts_ms + self._attr < ws) or rid in self._finalized.ids:
+            self._imp["late"] += 1
+            return out
+        pending = self._pending
+        slot = pending.index.get(rid)
+        if slot is None:
+            if len(pending.index) >= cfg.max_pending_requests:
+                out.extend(self._evict())
+            slot = pending.add(imp, self._combo(imp))
+            if self._early.count and rid in self._early.by_request:
+                for entry in self._early.pop(rid):
+                    self._attach(slot, entry)
+        else:
+            problem = pending.extend(slot, imp)
+            if problem is not None:
+                self._reject("impressions", raw, problem, source)
+                return out
+        self._imp["accepted"] += 1
+        return out
+
+    def process_batch(
+        self, kinds: Sequence[bool], values: Sequence[bytes], *, partition: int | None = None,
+        offsets: Sequence[int] | None = None, topics: tuple[str, str] = ("impressions", "clicks"),
+    ) -> list[PublishedWindow]:
+        """Process a poll's records at once (``kinds[i]``: impression?); equal to the per-record calls.
+
+        See :mod:`pipeline.stream.batch`: the source of record ``i`` is ``(topics[kind], partition,
+        offsets[i])``, built only for a dead letter.
+        """
+        return process_batch(self, kinds, values, partition=partition, offsets=offsets, topics=topics)
+
+    def _first_sighting(
+        self, eid: str, ts_ms: int, source: SourceRef | None, counts: dict[str, int]
+    ) -> list[PublishedWindow] | None:
+        """None for a duplicate event id (counted); else remember the id and return what its time closes."""
+        seen = self._seen
+        if eid in seen.ids:
+            counts["duplicate"] += 1
+            return None
+        out = [] if ts_ms <= self._skip_observe_upto else self._observe(source, ts_ms)
+        tag = self._wm_step or 0
+        if tag == seen.tail_tag and len(seen.ids) < seen.capacity:  # ExpiringIds.add's common case, inlined
+            seen.ids.add(eid)
+            seen.tail.append(eid)
+        else:
+            seen.add(eid, tag)
+        return out
+
+    def process_feedback(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
+        fb = feedback_or_rejection(raw, self._grades, self.config.max_event_bytes)
+        if type(fb) is not Feedback:
+            self._reject("clicks", raw, fb, source)  # type: ignore[arg-type]
+            return []
+        out = self._first_sighting(fb.event_id, fb.ts_ms, source, self._clk)
+        if out is None:
+            return []
+        pending = self._pending
+        slot = pending.index.get(fb.request_id)
+        if slot is not None:  # the common case, inlined: see _attach
+            rts = pending.ts[slot]
+            fts = fb.ts_ms
+            if fts > rts + self._attr:
+                self._clk["late"] += 1
+            else:
+                counted = fts >= rts
+                if counted:
+                    self._clk["accepted"] += 1
+                entry = (fb.item_id, fb.grade, fts, counted)
+                held = pending.feedback[slot]
+                pending.feedback[slot] = (entry,) if held is None else (*held, entry)
+        elif fb.request_id in self._finalized.ids:
+            self._clk["late"] += 1
+        elif self._wm_step is not None and fb.ts_ms + self._attr < self._wm_step:
+            self._clk["orphan"] += 1  # no impression that is not late could still claim it
+        else:
+            if self._early.count >= self.config.max_pending_feedback:
+                self._clk["orphan"] += self._early.evict_oldest()
+            self._early.add(fb.request_id, feedback_entry(fb, False))
+        return out
+
+    def tick(self) -> list[PublishedWindow]:
+        """Idle handling: let the clock move the watermark of partitions without traffic."""
+        wm = self._watermark.tick(datetime_to_ms(self.clock.now()))
+        self._skip_observe_upto = -1  # the tick forgot which partitions were active
+        return self._maybe_advance(wm)
+
+    def flush(self) -> list[PublishedWindow]:
+        """End of input: finalize every pending request, orphan waiting feedback, publish every window."""
+        while self._pending.next_bucket() is not None:
+            self._finalize_bucket(evicted=False)
+        self._clk["orphan"] += self._early.expire(2**62)
+        for staged in self._staging.complete(None):
+            self._aggregate(staged)
+        return self._experiments.windows(self._windows.close(None, self._combo_keys, self.partitions))
+
+    def stats(self) -> StreamStats:
+        return StreamStats(
+            outcomes={"impressions": dict(self._imp), "clicks": dict(self._clk)},
+            rejects=dict(self._rejects),
+            pending_requests=len(self._pending),
+            pending_items=self._pending.n_items,
+            pending_feedback=len(self._early),
+            watermark_ms=self._watermark.value,
+            evicted_requests=self._evicted,
+            finalized_requests=self._finalized_count,
+            feedback_detached=self._detached,
+            label_values={lbl: self._capper.distinct(lbl) for lbl in self._by},
+            label_overflow={lbl: self._capper.overflow.get(lbl, 0) for lbl in self._by},
+            windows_published=dict(self._windows.published),
+            dedupe_ids=len(self._seen),
+            dedupe_forgotten_at_capacity=self._seen.forgotten_at_capacity,
+            experiments=self._experiments.sums(),
+        )
+
+    def experiment_data(self, name: str) -> Any:
+        """The :class:`pipeline.experiments.data.ExperimentData` of experiment ``name`` as this processor holds it."""
+        return self._experiments.data(name)
+
+    # -- internals -------------------------------------------------------------------------------------
+    def _reject(self, stream: str, raw: bytes, rejection: Rejection, source: SourceRef | None) -> None:
+        (self._imp if stream == "impressions" else self._clk)["rejected"] += 1
+        key = (stream, str(rejection.reason))
+        self._rejects[key] = self._rejects.get(key, 0) + 1
+        if self.dead_letters is not None:
+            self.dead_letters.send(DeadLetter(stream, raw, rejection.reason, rejection.detail, source))
+
+    def _combo(self, imp: Impression) -> int:
+        return self._combo_raw(self._labels_of(imp))
+
+    def _combo_raw(self, raw: tuple[str, ...]) -> int:
+        """The combo id of raw slice-label values (folding values past the cap into ``__other__``)."""
+        combo = self._combo_cache.get(raw)
+        if combo is not None:
+            return combo
+        capped = tuple(self._capper.cap(lbl, v) for lbl, v in zip(self._by, raw, strict=True))
+        combo = self._combo_ids.get(capped)
+        if combo is None:
+            combo = self._combo_ids[capped] = len(self._combo_keys)
+            self._combo_keys.append(tuple(zip(self._by, capped, strict=True)))
+        if capped == raw:
+            self._combo_cache[raw] = combo
+        return combo
+
+    def _attach(self, slot: int, entry: tuple[str, int, int, bool]) -> None:
+        """Feedback for a pending request: accepted if inside its window, late if after, undecided if before."""
+        rts = self._pending.ts[slot]
+        fts = entry[2]
+        if fts > rts + self._attr:
+            self._clk["late"] += 1  # request_ts can only move earlier, so this stays outside
+            return
+        counted = fts >= rts
+        if counted:
+            self._clk["accepted"] += 1
+        self._pending.add_feedback(slot, (entry[0], entry[1], fts, counted))
+
+    def _observe(self, source: SourceRef | None, ts_ms: int) -> list[PublishedWindow]:
+        return self._observe_at(None if source is None else source.partition, ts_ms)
+
+    def _observe_at(self, partition: int | None, ts_ms: int) -> list[PublishedWindow]:
+        watermark = self._watermark
+        wm = watermark.observe(partition, ts_ms)
+        if not watermark.partitioned:
+            self._skip_observe_upto = watermark.max_ts[-1]  # type: ignore[assignment]
+        if wm is None or (self._wm_step is not None and wm < self._wm_step + self._step):
+            return []  # still inside the current step: nothing to decide
+        return self._maybe_advance(wm)
+
+    def _maybe_advance(self, wm: int | None) -> list[PublishedWindow]:
+        if wm is None:
+            return []
+        ws = wm // self._step * self._step
+        if self._wm_step is not None and ws <= self._wm_step:
+            return []
+        self._wm_step = ws
+        pending, step = self._pending, self._step
+        while (b := pending.next_bucket()) is not None and (b + 1) * step <= ws:
+            self._finalize_bucket(evicted=False)
+        self._clk["orphan"] += self._early.expire(ws)
+        self._seen.expire(ws)
+        self._finalized.expire(ws)
+        for staged in self._staging.complete(ws):
+            self._aggregate(staged)
+        horizon = ws - self._attr
+        windows = self._windows
+        if not windows.open or horizon < min(start + windows.sizes_ms[i] for i, start in windows.open):
+            return []  # no open window ends by the horizon: close would publish nothing
+        return self._experiments.windows(windows.close(horizon, self._combo_keys, self.partitions))
+
+    def _evict(self) -> list[PublishedWindow]:
+        """At the pending cap: finalize the earliest bucket now (counted as evicted)."""
+        while len(self._pending) >= self.config.max_pending_requests and self._pending.next_bucket() is not None:
+            self._finalize_bucket(evicted=True)
+        return []
+
+    def _finalize_bucket(self, *, evicted: bool) -> None:
+        slots = self._pending.take_bucket()
+        if not slots:
+            return
+        batch = self._pending.finalize_lists(slots)
+        self._clk["accepted"] += batch.feedback_accepted
+        self._clk["late"] += batch.feedback_late
+        self._detached += batch.feedback_detached
+        self._finalized_count += batch.n_requests
+        if evicted:
+            self._evicted += batch.n_requests
+        tag = self._wm_step or 0
+        self._finalized.add_many(batch.request_ids, tag)
+        for staged in self._staging.add(batch):
+            self._aggregate(staged)
+
+    def _aggregate(self, batch: FinalizedBatch) -> None:
+        """One kernel call for the batch; parts per (window starts, slice) go to the window accumulators."""
+        sizes = self._windows.sizes_ms
+        ts = batch.ts_ms
+        starts = [ts - ts % size for size in sizes]
+        if all(int(st[0]) == int(st[-1]) and (st == st[0]).all() for st in starts):
+            # The usual case (a staged group lies inside one window of every size): rows differ by combo
+            # only, and a 1-d unique gives the same sorted rows and inverse as the row-wise one.
+            combos, inverse = np.unique(batch.combo, return_inverse=True)
+            uniq = np.empty((combos.size, len(sizes) + 1), dtype=np.int64)
+            for i, st in enumerate(starts):
+                uniq[:, i] = st[0]
+            uniq[:, -1] = combos
+        else:
+            keys = np.stack([*starts, batch.combo], axis=1)
+            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        options = self.config.metric_options
+        metrics = per_request_metrics(batch.labels, batch.offsets, options)
+        parts = aggregate_groups(
+            metrics, batch.labels, batch.scores, inverse.reshape(-1), len(uniq), options,
+            gauc_keys=batch.users, gauc_open=True,  # issue 13: a user's requests span batches
+        )
+        self._experiments.fold(batch, metrics, self._combo_keys)
+        # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
+        # of float additions into the overall accumulators must not.
+        keys_of = self._combo_keys
+        for row, part in sorted(zip(uniq.tolist(), parts, strict=True), key=lambda rp: (rp[0][:-1], keys_of[rp[0][-1]])):
+            for i in range(len(sizes)):
+                self._windows.add(i, row[i], row[-1], part)
+
+    # -- snapshot --------------------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        """The whole state as msgpack bytes; :meth:`restore` gives a processor that behaves identically."""
+        state = {
+            "pending": self._pending.to_state(),
+            "early": self._early.to_state(),
+            "seen": self._seen.to_state(),
+            "finalized": self._finalized.to_state(),
+            "watermark": self._watermark.to_state(),
+            "wm_step": self._wm_step,
+            "windows": self._windows.to_state(),
+            "staging": self._staging.to_state(),
+            "published": self._windows.published,
+            "capper": self._capper.to_state(),
+            "combos": [[list(k) for k in key] for key in self._combo_keys],
+            "combo_cache": [[list(raw), c] for raw, c in self._combo_cache.items()],
+            "imp": self._imp,
+            "clk": self._clk,
+            "rejects": [[s, r, n] for (s, r), n in self._rejects.items()],
+            "counters": [self._evicted, self._finalized_count, self._detached],
+            "experiments": self._experiments.to_state(),
+        }
+        return encode_snapshot(self.config.fingerprint(), state)
+
+    @classmethod
+    def restore(
+        cls, data: bytes, *, config: StreamConfig, clock: Clock, dead_letters: DeadLetterSink | None = None
+    ) -> StreamProcessor:
+        state = decode_snapshot(data, config.fingerprint())
+        partitions = tuple(p for p in state["watermark"]["partitions"] if p != -1)
+        out = cls(config, clock=clock, dead_letters=dead_letters, partitions=partitions)
+        cfg = config
+        out._pending = PendingRequests.from_state(
+            state["pending"], attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
+            max_items_per_request=cfg.max_items_per_request,
+        )
+        out._early = EarlyFeedback.from_state(
+            state["early"], attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
+            capacity=cfg.max_pending_feedback,
+        )
+        out._seen = ExpiringIds.from_state(state["seen"], capacity=out._seen.capacity, retention_ms=out._seen.retention_ms)
+        out._finalized = ExpiringIds.from_state(
+            state["finalized"], capacity=out._finalized.capacity, retention_ms=out._finalized.retention_ms
+        )
+        out._watermark.load_state(state["watermark"])
+        out._wm_step = state["wm_step"]
+        out._windows.load_state(state["windows"], state["published"])
+        out._staging.load_state(state["staging"])
+        out._capper = LabelCapper.from_state(state["capper"])
+        out._combo_keys = [tuple((str(a), str(b)) for a, b in key) for key in state["combos"]]
+        out._combo_ids = {tuple(v for _, v in key): i for i, key in enumerate(out._combo_keys)}
+        out._combo_cache = {tuple(raw): int(c) for raw, c in state["combo_cache"]}
+        out._imp.update(state["imp"])
+        out._clk.update(state["clk"])
+        out._rejects = {(s, r): int(n) for s, r, n in state["rejects"]}
+        out._evicted, out._finalized_count, out._detached = (int(x) for x in state["counters"])
+        out._experiments.restore(state.get("experiments", {}))
+        return out
+
+
+__all__ = ["StreamConfig", "StreamProcessor", "StreamStats", "RejectReason", "STREAMS", "OUTCOMES"]

@@ -1,0 +1,42 @@
+"""Snapshot format of :class:`pipeline.stream.processor.StreamProcessor`: versioned msgpack (msgspec).
+
+A snapshot is ``{"format": "rankwatch-stream", "version": 1, "config": {...}, "state": {...}}``. The
+``config`` part holds the settings the state's meaning depends on (window sizes, attribution window,
+finalization step, slice labels, metric options); restoring under different ones is refused, while caps
+and timeouts may change between runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+FORMAT = "rankwatch-stream"
+VERSION = 1
+
+
+class SnapshotError(ValueError):
+    """The bytes are not a snapshot this version can restore, or were made under an incompatible config."""
+
+
+def encode_snapshot(config: dict[str, Any], state: dict[str, Any]) -> bytes:
+    return msgspec.msgpack.encode({"format": FORMAT, "version": VERSION, "config": config, "state": state})
+
+
+def decode_snapshot(data: bytes, config: dict[str, Any]) -> dict[str, Any]:
+    """The state of a snapshot, after checking its format, version and config."""
+    try:
+        doc = msgspec.msgpack.decode(data)
+    except msgspec.DecodeError as e:
+        raise SnapshotError(f"not a snapshot: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SnapshotError("not a rankwatch stream snapshot")
+    if doc.get("version") != VERSION:
+        raise SnapshotError(f"snapshot version {doc.get('version')!r} is not supported (expected {VERSION})")
+    saved = doc["config"]
+    for key, value in config.items():
+        if saved.get(key) != value:
+            raise SnapshotError(f"snapshot was taken with {key}={saved.get(key)!r}, now {value!r}")
+    state: dict[str, Any] = doc["state"]
+    return state

@@ -1,0 +1,196 @@
+"""GAUC against a naive per-group scikit-learn loop; click-through by position and positive rate against a
+naive count; both through the offline path (user_id column) and the mergeable aggregate state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import roc_auc_score
+
+from rankwatch.pipeline.metrics import gauc as gauc_module
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.gauc import GaucSums, ScoreImage, group_auc
+from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.offline.baseline import compute_baseline
+from rankwatch.pipeline.slicing import SliceSpec
+
+
+def naive_gauc(groups: np.ndarray, scores: np.ndarray, relevant: np.ndarray, weight: str) -> tuple:
+    total = weights = 0.0
+    used = excluded = 0
+    for g in dict.fromkeys(groups.tolist()):
+        m = groups == g
+        y = relevant[m]
+        if y.all() or not y.any():
+            excluded += 1
+            continue
+        w = m.sum() if weight == "impressions" else y.sum()
+        total += w * roc_auc_score(y, scores[m])
+        weights += w
+        used += 1
+    return (total / weights if weights else None), used, excluded
+
+
+def random_scores(rng: np.random.Generator, n: int, kind: int) -> np.ndarray:
+    if kind == 0:
+        return rng.integers(0, 5, n).astype(float)  # many ties
+    if kind == 1:
+        return 1.0 + rng.integers(-3, 4, n) * 1e-15  # distinct scores sharing their top bits
+    s = rng.normal(size=n) * rng.choice([1.0, -1e-300], n)
+    s[rng.random(n) < 0.1] = -0.0  # -0.0 ties with 0.0
+    s[rng.random(n) < 0.1] = 0.0
+    return s
+
+
+@pytest.mark.parametrize("exact_path", [False, True])
+def test_group_auc_against_sklearn(monkeypatch: pytest.MonkeyPatch, exact_path: bool) -> None:
+    if exact_path:  # the lexsort path used when a group id leaves too few bits for the score
+        monkeypatch.setattr(gauc_module, "_MIN_PREFIX_BITS", 70)
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        n, n_groups = int(rng.integers(1, 300)), int(rng.integers(1, 25))
+        groups = rng.integers(0, n_groups, n)
+        scores = random_scores(rng, n, trial % 3)
+        relevant = rng.random(n) < rng.choice([0.05, 0.4, 0.95])
+        auc = group_auc(groups, scores, relevant, n_groups).auc()
+        for g in range(n_groups):
+            m = groups == g
+            if m.any() and 0 < relevant[m].sum() < m.sum():
+                assert auc[g] == pytest.approx(roc_auc_score(relevant[m], scores[m]), abs=1e-12)
+            else:
+                assert np.isnan(auc[g])
+
+
+def test_empty_and_one_class_inputs() -> None:
+    empty = group_auc(np.empty(0, np.int64), np.empty(0), np.empty(0, bool), 3)
+    assert empty.auc().shape == (3,) and np.isnan(empty.auc()).all() and empty.pos.tolist() == [0, 0, 0]
+    one = group_auc(np.zeros(4, np.int64), np.arange(4.0), np.ones(4, bool), 1)
+    assert np.isnan(one.auc()[0]) and one.pos.tolist() == [4]
+    with pytest.raises(ValueError, match="range"):
+        group_auc(np.array([5]), np.array([1.0]), np.array([True]), 2)
+    with pytest.raises(ValueError, match="other items"):
+        group_auc(np.array([0]), np.array([1.0]), np.array([True]), 1, image=ScoreImage.of([1.0, 2.0], [1, 0], 1))
+
+
+def evaluation_frame(rng: np.random.Generator, n_requests: int) -> pd.DataFrame:
+    rows = []
+    for q in range(n_requests):
+        n = int(rng.integers(1, 12))
+        user = f"u{int(rng.integers(0, 25))}"
+        segment, surface = rng.choice(["a", "b"]), rng.choice(["x", "y", "z"])
+        scores = random_scores(rng, n, q % 3)
+        labels = rng.integers(0, 3, n) * (rng.random(n) < 0.35)
+        for i in range(n):
+            rows.append({"request_id": f"r{q}", "item_id": f"i{i}", "score": scores[i], "label": int(labels[i]),
+                         "user_id": user, "segment": segment, "surface": surface})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), group=st.sampled_from(["user", "request"]),
+       weight=st.sampled_from(["impressions", "clicks"]))  # fmt: skip
+def test_offline_gauc_per_slice_against_naive_loop(seed: int, group: str, weight: str) -> None:
+    frame = evaluation_frame(np.random.default_rng(seed), 60)
+    options = MetricOptions(gauc_group=group, gauc_weight=weight)  # type: ignore[arg-type]
+    result = compute_baseline(frame, options=options)
+    key = "user_id" if group == "user" else "request_id"
+    expected = naive_gauc(frame[key].to_numpy(), frame["score"].to_numpy(), frame["label"].to_numpy() > 0, weight)
+    overall = result.overall.values()
+    assert (overall["gauc_groups"], overall["gauc_groups_excluded"]) == expected[1:]
+    assert overall["gauc"] == (None if expected[0] is None else pytest.approx(expected[0], abs=1e-12))
+    for slice_key, agg in result.slices.items():
+        part = frame[(frame["segment"] == dict(slice_key)["segment"]) & (frame["surface"] == dict(slice_key)["surface"])]
+        exp = naive_gauc(part[key].to_numpy(), part["score"].to_numpy(), part["label"].to_numpy() > 0, weight)
+        got = agg.values()
+        assert (got["gauc_groups"], got["gauc_groups_excluded"]) == exp[1:]
+        assert got["gauc"] == (None if exp[0] is None else pytest.approx(exp[0], abs=1e-12))
+
+
+def test_offline_without_user_id_has_null_gauc_and_request_gauc_needs_none() -> None:
+    frame = evaluation_frame(np.random.default_rng(1), 30).drop(columns=["user_id"])
+    values = compute_baseline(frame).overall.values()
+    assert values["gauc"] is None and values["gauc_groups"] is None
+    by_request = compute_baseline(frame, options=MetricOptions(gauc_group="request")).overall.values()
+    assert by_request["gauc"] is not None
+
+
+def test_a_request_with_two_users_is_refused() -> None:
+    frame = evaluation_frame(np.random.default_rng(2), 5)
+    sizes = frame["request_id"].value_counts()
+    request = sizes.index[sizes > 1][0]
+    frame.loc[frame.index[frame["request_id"] == request][-1], "user_id"] = "someone-else"
+    with pytest.raises(ValueError, match="user_id 'someone-else' differs"):
+        compute_baseline(frame)
+
+
+def naive_positions(lists: list[list[int]], ranks: int) -> tuple[list[int], list[int], int]:
+    shown, positive = [0] * ranks, [0] * ranks
+    for ls in lists:
+        for r, rel in enumerate(ls[:ranks]):
+            shown[r] += 1
+            positive[r] += rel > 0
+    return shown, positive, sum(1 for ls in lists for rel in ls if rel > 0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(lists=st.lists(st.lists(st.integers(0, 3), max_size=15), min_size=1, max_size=20), ranks=st.integers(1, 12))
+def test_click_through_by_position_against_naive_counts(lists: list[list[int]], ranks: int) -> None:
+    from rankwatch.pipeline.metrics.kernel import flatten_lists
+
+    labels, offsets = flatten_lists(lists)  # type: ignore[arg-type]
+    options = MetricOptions(ctr_ranks=ranks)
+    agg = RankingAggregate.from_lists(labels, np.arange(labels.size, dtype=float), offsets, options)
+    shown, positive, positives = naive_positions(lists, ranks)
+    assert agg.ctr_shown.tolist() == shown and agg.ctr_positive.tolist() == positive
+    assert agg.positives == positives
+    items = sum(len(ls) for ls in lists)
+    assert agg.values()["positive_rate"] == (positives / items if items else None)
+    assert agg.position_ctr() == [None if s == 0 else p / s for p, s in zip(positive, shown, strict=True)]
+
+
+def test_offline_overall_positions_equal_the_sum_of_slices_and_a_direct_count() -> None:
+    frame = evaluation_frame(np.random.default_rng(4), 80)
+    result = compute_baseline(frame)
+    alone = compute_baseline(frame, slice_spec=SliceSpec(by=()))
+    assert result.overall.ctr_shown.tolist() == alone.overall.ctr_shown.tolist()
+    assert result.overall.ctr_positive.tolist() == alone.overall.ctr_positive.tolist()
+    assert result.overall.positives == alone.overall.positives == int((frame["label"] > 0).sum())
+
+
+def test_state_round_trip_and_open_groups_merge() -> None:
+    rng = np.random.default_rng(9)
+    keys, scores, rel = rng.integers(0, 6, 200), rng.normal(size=200), rng.random(200) < 0.4
+    a = GaucSums(open_keys=keys[:120], open_scores=scores[:120], open_relevant=rel[:120])
+    b = GaucSums(open_keys=keys[120:], open_scores=scores[120:], open_relevant=rel[120:])
+    a.merge(b, max_open_items=1_000)
+    expected = naive_gauc(keys, scores, rel, "impressions")
+    assert a.value("impressions") == (pytest.approx(expected[0], abs=1e-12), *expected[1:])
+    restored = GaucSums.from_state(a.to_state())
+    assert restored.value("impressions") == a.value("impressions")
+    capped = GaucSums()
+    capped.merge(a, max_open_items=50)
+    assert capped.n_open == 50 and capped.dropped == 150
+
+
+@pytest.mark.parametrize("width", [1, 3, 12])
+def test_click_through_on_lists_of_one_length(width: int) -> None:
+    """The divmod path for top-k lists of one length equals the naive count."""
+    rng = np.random.default_rng(width)
+    lists = [rng.integers(0, 3, width).tolist() for _ in range(40)]
+    test_click_through_by_position_against_naive_counts.hypothesis.inner_test(lists, 10)  # type: ignore[attr-defined]
+
+
+def test_offline_requests_without_user_are_groups_of_their_own() -> None:
+    frame = evaluation_frame(np.random.default_rng(8), 40)
+    missing = frame["request_id"].isin([f"r{q}" for q in range(0, 40, 3)])
+    frame["user_id"] = frame["user_id"].astype(object).where(~missing, None)
+    keys = frame["user_id"].where(~missing, "req:" + frame["request_id"]).to_numpy()
+    expected = naive_gauc(keys, frame["score"].to_numpy(), frame["label"].to_numpy() > 0, "impressions")
+    got = compute_baseline(frame).overall.values()
+    assert (got["gauc_groups"], got["gauc_groups_excluded"]) == expected[1:]
+    assert got["gauc"] == pytest.approx(expected[0], abs=1e-12)
+    shuffled = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)  # the ungrouped reader path
+    assert compute_baseline(shuffled).overall.values()["gauc"] == pytest.approx(expected[0], abs=1e-12)

@@ -1,0 +1,156 @@
+"""``StreamProcessor.process_batch`` equals the per-record calls, for any sequence cut into any batches."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.events.deadletter import ListDeadLetterSink
+from rankwatch.pipeline.events.records import SourceRef
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor
+
+T0 = 1_796_032_800_000
+CFG = StreamConfig(windows=("10s", "1m"), attribution_window_ms=5_000, allowed_disorder_ms=1_000, idle_timeout_ms=5_000,
+                   max_pending_requests=4, max_pending_feedback=3, dedupe_capacity=6, finalized_memory=3,
+                   max_items_per_request=4, slice_spec=SliceSpec(by=("segment", "surface"), max_values_per_label=2))
+
+_rid = st.sampled_from(["r1", "r2", "r3", "r4", ""])
+_grid = st.integers(0, 15).map(lambda k: T0 + 1_000 * k)  # whole seconds: boundaries (ts == deadline) get hit
+_ts = st.one_of(_grid, _grid, st.integers(T0, T0 + 15_000), st.integers(-5, 2**63),
+                st.sampled_from(["2026-12-01T10:00:01Z", "2026-12-01T10:00:00", "x"]))
+_item = st.fixed_dictionaries({"item_id": st.sampled_from(["a", "b", "c", "a\u0000"]), "position": st.integers(0, 5),
+                               "score": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers())})
+_label = st.sampled_from(["s", "t", "u", "", None, "é"])
+_impression = st.fixed_dictionaries(
+    {"event_id": st.sampled_from(["e1", "e2", "e3", "e4", "e5", "e6", "e7", ""]), "request_id": _rid, "ts": _ts},
+    optional={"items": st.lists(_item, max_size=5), "item_id": st.just("a"), "position": st.integers(0, 3),
+              "score": st.floats(allow_nan=False, allow_infinity=False), "segment": _label, "surface": _label},
+)
+_feedback = st.fixed_dictionaries(
+    {"event_id": st.sampled_from(["f1", "f2", "f3", "f4", "e1"]), "request_id": _rid,
+     "item_id": st.sampled_from(["a", "b", "z"]), "ts": _ts},
+    optional={"action": st.sampled_from(["click", "purchase", "stare"]), "grade": st.integers(-2, 30)},
+)
+_eid = st.text(alphabet="abcdefghij", min_size=1, max_size=2)  # mostly distinct, some duplicates
+# An impression in canonical list form with positions 1..n (the batch path's inline case), shuffled or not.
+_clean = st.builds(
+    lambda eid, rid, ts, n, rev, seg: {"event_id": eid, "request_id": rid, "ts": ts, "segment": seg,
+                                      "items": [{"item_id": f"i{k}", "position": k + 1, "score": k / 2}
+                                                for k in (range(n)[::-1] if rev else range(n))]},
+    st.text(alphabet="abcdefghij", min_size=1, max_size=2), _rid, st.one_of(_grid, st.integers(T0, T0 + 15_000)),
+    st.integers(1, 5),
+    st.booleans(), _label)
+_clean_feedback = st.builds(
+    lambda eid, rid, item, ts, grade: {"event_id": eid, "request_id": rid, "item_id": item, "ts": ts,
+                                       **({"action": "click"} if grade is None else {"grade": grade})},
+    _eid, _rid, st.sampled_from(["i0", "i1", "i3", "z"]), _grid, st.one_of(st.none(), st.integers(0, 4)))
+_event = st.one_of(st.tuples(st.just(True), _impression), st.tuples(st.just(True), _clean),
+                   st.tuples(st.just(True), _clean), st.tuples(st.just(False), _feedback),
+                   st.tuples(st.just(False), _clean_feedback), st.tuples(st.just(False), _clean_feedback))
+
+
+def _raw(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def _outcome(proc: StreamProcessor, windows: list[Any], sink: ListDeadLetterSink) -> Any:
+    return ([w.document() for w in windows], proc.stats(),
+            [(d.stream, d.reason, d.detail, d.source) for d in sink.letters])
+
+
+def _bounds(n: int, cuts: list[int]) -> list[int]:
+    return sorted({0, n, *(c % (n + 1) for c in cuts)})
+
+
+def _per_record(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts: list[int]) -> Any:
+    """Per-record calls; the stats are also taken at every cut (where the batched run is between calls)."""
+    sink = ListDeadLetterSink()
+    proc = StreamProcessor(CFG, clock=ManualClock(), dead_letters=sink, partitions=parts)
+    out: list[Any] = []
+    at = set(_bounds(len(seq), cuts))
+    midway = []
+    for i, (kind, raw, p) in enumerate(seq):
+        if i in at:
+            midway.append(proc.stats())
+        src = SourceRef("imp" if kind else "clk", p, i)
+        out += (proc.process_impression if kind else proc.process_feedback)(raw, source=src)
+    out += proc.flush()
+    return _outcome(proc, out, sink), midway
+
+
+def _batched(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts: list[int], restore_at: int) -> Any:
+    sink = ListDeadLetterSink()
+    proc = StreamProcessor(CFG, clock=ManualClock(), dead_letters=sink, partitions=parts)
+    out: list[Any] = []
+    bounds = _bounds(len(seq), cuts)
+    midway = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        midway.append(proc.stats())
+        if a == restore_at % (len(seq) + 1):
+            proc = StreamProcessor.restore(proc.snapshot(), config=CFG, clock=ManualClock(), dead_letters=sink)
+        i = a
+        while i < b:  # one call per run of one partition, as the consumer hands a pair's records
+            j = next((m for m in range(i, b) if seq[m][2] != seq[i][2]), b)
+            out += proc.process_batch([k for k, _, _ in seq[i:j]], [r for _, r, _ in seq[i:j]], partition=seq[i][2],
+                                      offsets=range(i, j), topics=("imp", "clk"))
+            i = j
+    out += proc.flush()
+    return _outcome(proc, out, sink), midway
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_event, st.integers(0, 1)), max_size=40), st.lists(st.integers(0, 60), max_size=6),
+       st.integers(0, 60), st.sampled_from([(), (0, 1), (0,)]))
+def test_batches_equal_per_record(events: list[Any], cuts: list[int], restore_at: int, parts: tuple[int, ...]) -> None:
+    seq = [(kind, _raw(doc), p) for (kind, doc), p in events]
+    assert _batched(seq, parts, cuts, restore_at) == _per_record(seq, parts, cuts)
+
+
+def test_without_offsets_no_source_is_attached() -> None:
+    raw = b"not json"
+    sink = ListDeadLetterSink()
+    proc = StreamProcessor(CFG, clock=ManualClock(), dead_letters=sink)
+    proc.process_batch([True, False], [raw, raw])
+    assert [d.source for d in sink.letters] == [None, None]
+    assert proc.stats().outcomes["impressions"]["rejected"] == proc.stats().outcomes["clicks"]["rejected"] == 1
+
+
+def _dense(rng: Any, n: int) -> list[tuple[bool, bytes, int]]:
+    """Mostly clean events on a coarse time grid, so boundaries (ts == deadline, == request ts) are common."""
+    seq: list[tuple[bool, bytes, int]] = []
+    for _ in range(n):
+        rid, ts, p = f"r{rng.randrange(4)}", T0 + 1_000 * rng.randrange(16), rng.randrange(2)
+        eid = f"e{rng.randrange(3 * n)}"
+        if rng.random() < 0.4:
+            k = rng.randrange(1, 5)
+            order = list(range(k))
+            if rng.random() < 0.3:
+                rng.shuffle(order)
+            doc: dict[str, Any] = {"event_id": eid, "request_id": rid, "ts": ts, "segment": rng.choice("stu"),
+                                   "items": [{"item_id": f"i{j}", "position": j + 1, "score": j / 4} for j in order]}
+            if rng.random() < 0.1:
+                doc = {"event_id": eid, "request_id": rid, "ts": ts, "item_id": "i9", "position": 9, "score": 0.1}
+            seq.append((True, _raw(doc), p))
+        else:
+            fb = {"event_id": eid, "request_id": rid, "item_id": f"i{rng.randrange(5)}", "ts": ts}
+            fb.update({"action": "purchase"} if rng.random() < 0.7 else {"grade": rng.randrange(-1, 4)})
+            seq.append((False, _raw(fb), p))
+        if rng.random() < 0.02:
+            seq.append((bool(rng.randrange(2)), b"{", p))
+    return seq
+
+
+def test_dense_random_sequences_equal_per_record() -> None:
+    import random
+
+    for seed in range(150):
+        rng = random.Random(seed)
+        seq = _dense(rng, 60)
+        parts = [(), (0, 1)][seed % 2]
+        cuts = [rng.randrange(len(seq)) for _ in range(rng.randrange(5))]
+        assert _batched(seq, parts, cuts, rng.randrange(len(seq))) == _per_record(seq, parts, cuts), seed
