@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-from tests.pipeline.test_abstats import _naive_bh
+from tests.pipeline.experiments.test_abstats import _naive_bh
 
 from rankwatch.cli import main
 from rankwatch.pipeline.traffic.generator import TrafficConfig, evaluation_frame, generate_with_truth
