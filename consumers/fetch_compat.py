@@ -48,6 +48,35 @@ from __future__ import annotations
 
 from typing import Any
 
+# The kafka-python release these repairs were read against and verified on (pyproject pins it). Another
+# release may have renamed what they touch: :func:`missing_internals` says so at start, loudly, and
+# tests/consumers/test_fetch_compat.py fails on it, so an upgrade is a conscious act.
+VERIFIED_KAFKA_PYTHON = "3.0.12"
+
+# Every private attribute the repairs and the I/O-free reads use, as (owner, attribute) where owner is
+# an attribute of the KafkaConsumer ("" for the consumer itself).
+PRIVATE_INTERNALS: tuple[tuple[str, str], ...] = (
+    ("", "_fetcher"), ("", "_coordinator"), ("", "_subscription"), ("", "_cluster"),
+    ("_fetcher", "_next_partition_records"), ("_fetcher", "_paused_partition_records"),
+    ("_coordinator", "_join_task"), ("_coordinator", "rejoin_needed"), ("_coordinator", "request_rejoin"),
+    ("_coordinator", "_is_leader"), ("_coordinator", "_assignment_snapshot"),
+    ("_coordinator", "_subscription"), ("_coordinator", "_cluster"),
+    ("_subscription", "assignment"), ("_cluster", "partitions_for_topic"),
+)
+
+
+def missing_internals(consumer: Any) -> list[str]:
+    """The private attributes of :data:`PRIVATE_INTERNALS` that ``consumer`` lacks (empty: all there).
+
+    The repairs do nothing, silently, without them; the service logs the list at start as an error.
+    """
+    missing = []
+    for owner, attribute in PRIVATE_INTERNALS:
+        holder = getattr(consumer, owner, None) if owner else consumer
+        if holder is None or not hasattr(holder, attribute):
+            missing.append(f"{owner}.{attribute}" if owner else attribute)
+    return missing
+
 
 def release_parked(consumer: Any) -> bool:
     """Reset the fetcher's drained in-line slot to None when parked records wait behind it.

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import __version__ as kafka_version
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
@@ -43,8 +44,10 @@ from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InPr
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.end_offsets import EndOffsets
 from rankwatch.consumers.fetch_compat import (
+    VERIFIED_KAFKA_PYTHON,
     keep_join_awaited,
     known_position,
+    missing_internals,
     release_parked,
 )
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
@@ -188,6 +191,9 @@ class ConsumerService:
             group_instance_id=k.instance_id,
         )
         self._consumer.subscribe([k.impressions_topic, k.clicks_topic], listener=self._rebalancer)
+        if missing := missing_internals(self._consumer):
+            log.error("kafka-python %s lacks %s: the fetch and group-join repairs verified on %s do nothing "
+                      "(consumers/fetch_compat.py)", kafka_version, ", ".join(missing), VERIFIED_KAFKA_PYTHON)
         self._offsets = EndOffsets(client, (k.impressions_topic, k.clicks_topic), self._consumer)
 
     def run(self) -> None:

@@ -10,13 +10,17 @@ record of the parked partition exactly once, in order.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from rankwatch.consumers.fetch_compat import (
+    PRIVATE_INTERNALS,
+    VERIFIED_KAFKA_PYTHON,
     keep_join_awaited,
+    missing_internals,
     parked_partitions,
     release_parked,
     stale_leader_assignment,
@@ -191,3 +195,35 @@ def test_keep_join_awaited_is_false_without_kafka_pythons_coordinator() -> None:
 
 def test_stale_leader_assignment_is_false_without_kafka_pythons_coordinator() -> None:
     assert not stale_leader_assignment(object())
+
+
+def test_the_installed_kafka_python_is_the_one_the_repairs_were_verified_on() -> None:
+    # An upgrade is a conscious act: read the repairs against the new release, then move the pin and this.
+    import kafka
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'"kafka-python=={VERIFIED_KAFKA_PYTHON}"' in pyproject
+    assert kafka.__version__ == VERIFIED_KAFKA_PYTHON, (
+        f"kafka-python {kafka.__version__} installed; the repairs of consumers/fetch_compat.py were verified "
+        f"on {VERIFIED_KAFKA_PYTHON}")
+
+
+def test_every_private_attribute_the_repairs_touch_is_on_a_live_consumer(kafka_broker: Any, unique: str) -> None:
+    topic = f"internals-{unique}"
+    ensure_topic({"bootstrap_servers": [kafka_broker.bootstrap]}, topic, partitions=1)
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=f"g-{unique}",
+                             enable_auto_commit=False)
+    try:
+        consumer.subscribe([topic])
+        consumer.poll(timeout_ms=200)
+        assert missing_internals(consumer) == []
+    finally:
+        consumer.close(timeout_ms=2000)
+
+
+def test_missing_internals_names_each_absent_attribute() -> None:
+    class Bare:
+        pass
+
+    assert missing_internals(Bare()) == [
+        f"{owner}.{name}" if owner else name for owner, name in PRIVATE_INTERNALS]

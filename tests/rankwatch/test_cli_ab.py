@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-from tests.pipeline.experiments.test_abstats import _naive_bh
 
 from rankwatch.cli import main
 from rankwatch.pipeline.traffic.generator import TrafficConfig, evaluation_frame, generate_with_truth
 from tests.pipeline import naive_metrics as naive
+from tests.pipeline.experiments.test_abstats import _naive_bh
 
 
 def _random_rows(seed: int, n_requests: int = 900) -> pd.DataFrame:
