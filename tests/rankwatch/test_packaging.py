@@ -178,3 +178,79 @@ def test_python_dash_m_rankwatch_runs_the_command_line(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "rankwatch", "--help"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0 and "offline" in done.stdout
+
+
+# -- rooms of the core ---------------------------------------------------------------------------------
+# The core is organised in packages by concept (docs/architecture.md). A room is a sub-package of
+# pipeline/ or a module loose at its top; the arrows between rooms must point down, with no circle.
+MAX_MODULES_PER_ROOM = 20
+MAX_LOOSE_MODULES = 6
+MAX_MODULE_LINES = 600
+
+
+def _room_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["rankwatch", "pipeline"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def _pipeline_room_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in (ROOT / "pipeline").rglob("*.py"):
+        name = _module_name(path)
+        room = _room_of(name)
+        if room is None:
+            continue
+        deps = graph.setdefault(room, set())
+        for _, module, _ in _imported_layers(ast.parse(path.read_text(encoding="utf-8"))):
+            target = _room_of(module)
+            if target is not None and target != room:
+                deps.add(target)
+    return graph
+
+
+def test_the_core_is_rooms_of_one_concept_each() -> None:
+    pipeline = ROOT / "pipeline"
+    packages = sorted(p for p in pipeline.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    loose = sorted(p.stem for p in pipeline.glob("*.py") if p.stem != "__init__")
+    assert len(packages) >= 4, packages
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
+    for package in packages:
+        modules = [p for p in package.rglob("*.py") if p.stem != "__init__"]
+        assert len(modules) <= MAX_MODULES_PER_ROOM, f"{package.name}: {len(modules)} modules"
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8")))
+        assert doc, f"pipeline/{package.name}/__init__.py must say what the room is and offers"
+
+
+def test_no_circle_between_the_rooms_of_the_core() -> None:
+    graph = _pipeline_room_graph()
+    assert {"metrics", "events", "stream", "offline", "experiments"} <= set(graph)
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(room: str, path: list[str]) -> None:
+        if state.get(room) == 1:
+            raise AssertionError("circle between rooms: " + " -> ".join(path[path.index(room):] + [room]))
+        if state.get(room) == 2:
+            return
+        state[room] = 1
+        for dep in sorted(graph.get(room, ())):
+            visit(dep, path + [room])
+        state[room] = 2
+        order.append(room)
+
+    for room in sorted(graph):
+        visit(room, [])
+    # The kernel's room stands on nothing but loose modules: online and offline share it.
+    assert graph["metrics"] <= {"slicing", "clock", "errors"}, graph["metrics"]
+
+
+def test_no_module_of_the_three_layers_is_over_the_size_limit() -> None:
+    big = []
+    for layer in LAYERS:
+        for path in (ROOT / layer).rglob("*.py"):
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > MAX_MODULE_LINES:
+                big.append(f"{path.relative_to(ROOT)} ({lines} lines)")
+    assert not big, big
