@@ -21,7 +21,7 @@ each in turn (``tests/pipeline/test_stream_golden.py`` and a hypothesis test che
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rankwatch.pipeline.events.records import SourceRef
@@ -45,12 +45,14 @@ def process_batch(
     partition: int | None = None,
     offsets: Sequence[int] | None = None,
     topics: tuple[str, str] = _TOPICS,
+    source_of: Callable[[int], SourceRef] | None = None,
 ) -> list[PublishedWindow]:
     """Process ``values`` in order (see module docstring); ``offsets`` and ``topics`` name the sources.
 
     With ``offsets`` each event's :class:`SourceRef` is ``(topics[0 if impression else 1], partition,
     offsets[i])``, built only when needed (dead letters); without them no source is attached, exactly as
-    the per-record calls with ``source=None`` (``partition`` must then be None too).
+    the per-record calls with ``source=None`` (``partition`` must then be None too). ``source_of(i)``,
+    when given, names record ``i``'s source instead (a file and line for a replay), also only when needed.
     """
     if offsets is None and partition is not None:
         raise ValueError("partition needs offsets")
@@ -111,7 +113,8 @@ def process_batch(
                         if tuple([it.position for it in items]) != in_order[n]:
                             w = None
             if w is None:
-                src = None if offsets is None else SourceRef(topics[0], partition, offsets[i])  # type: ignore[arg-type]
+                src = (source_of(i) if source_of is not None
+                       else None if offsets is None else SourceRef(topics[0], partition, offsets[i]))  # type: ignore[arg-type]
                 out += slow_imp(raw, source=src)
                 skip, ikey = _resync(proc, wmk, p_key)
                 continue
@@ -173,7 +176,8 @@ def process_batch(
                 if type(fts) is not int or not 0 <= fts <= MAX_TS_MS or grade is None or not 0 <= grade <= MAX_GRADE:
                     f = None
             if f is None:
-                src = None if offsets is None else SourceRef(topics[1], partition, offsets[i])  # type: ignore[arg-type]
+                src = (source_of(i) if source_of is not None
+                       else None if offsets is None else SourceRef(topics[1], partition, offsets[i]))  # type: ignore[arg-type]
                 out += slow_fb(raw, source=src)
                 skip, ikey = _resync(proc, wmk, p_key)
                 continue

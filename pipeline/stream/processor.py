@@ -146,13 +146,15 @@ class StreamProcessor:
     def process_batch(
         self, kinds: Sequence[bool], values: Sequence[bytes], *, partition: int | None = None,
         offsets: Sequence[int] | None = None, topics: tuple[str, str] = ("impressions", "clicks"),
+        source_of: Callable[[int], SourceRef] | None = None,
     ) -> list[PublishedWindow]:
         """Process a poll's records at once (``kinds[i]``: impression?); equal to the per-record calls.
 
         See :mod:`pipeline.stream.batch`: the source of record ``i`` is ``(topics[kind], partition,
-        offsets[i])``, built only for a dead letter.
+        offsets[i])``, or ``source_of(i)`` when given, built only for a dead letter.
         """
-        return process_batch(self, kinds, values, partition=partition, offsets=offsets, topics=topics)
+        return process_batch(self, kinds, values, partition=partition, offsets=offsets, topics=topics,
+                             source_of=source_of)
 
     def _first_sighting(
         self, eid: str, ts_ms: int, source: SourceRef | None, counts: dict[str, int]
