@@ -18,8 +18,8 @@ with the bias correction ``z0 = Phi^-1(share of resamples below the estimate, ti
 acceleration ``a = sum(d_i^3) / (6 (sum(d_i^2))^(3/2))``, ``d_i = mean(t_(.)) - t_(i)`` over the
 leave-one-out jackknife values ``t_(i)`` (the undefined ones left out; ``a = 0`` when fewer than two).
 ``method="percentile"`` gives the plain 2.5 % / 97.5 % quantiles. Why BCa: the corrected slope is a ratio
-with a noisy denominator, skewed at a few dozen comparisons; the percentile interval covered the true slope
-about 90 % of the time in bench/transfer_simulation.py, BCa about 94-95 % (docs/transfer.md).
+with a noisy denominator, skewed at a few dozen comparisons; at 40 comparisons the percentile interval
+covered the true slope 90-91 % of the time in bench/transfer_simulation.py, BCa 92-94 % (docs/transfer.md).
 
 Undefined resamples (denominator ``<= 0``: the resample's offline spread is no larger than its noise) are
 dropped and counted. They stand for a slope beyond any bound, of unknown sign, so when more than
