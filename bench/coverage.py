@@ -15,7 +15,7 @@ generator is far too slow for millions of requests): 20 items per request, true 
 The truth of each metric is its pooled value over ``--truth-requests`` requests. Each window (50 or 5,000
 requests) is aggregated by the kernel (:func:`pipeline.metrics.aggregates.aggregate_lists`), and the share of
 windows whose interval covers the truth is reported, per metric, for the logit and the Wald interval, and
-for AUCs also for the pooled (unclustered) SE. The test tests/pipeline/test_coverage.py runs a seeded
+for AUCs also for the pooled (unclustered) SE. The test tests/pipeline/metrics/test_coverage.py runs a seeded
 smaller version and asserts 93-97 %.
 """
 

@@ -3,7 +3,7 @@
 :func:`process_batch` takes the records of one partition pair in the order the per-record calls would
 see them (``kinds[i]`` true for an impression, false for feedback) and gives exactly the windows, counts,
 dead letters and state of calling :meth:`StreamProcessor.process_impression` / ``process_feedback`` on
-each in turn (``tests/pipeline/test_stream_golden.py`` and a hypothesis test check this). The time goes:
+each in turn (``tests/pipeline/stream/test_stream_golden.py`` and a hypothesis test check this). The time goes:
 
 - one loop with every lookup bound to a local, no per-event :class:`Impression` / :class:`Feedback` /
   :class:`SourceRef` objects, no per-event Python calls beyond the C decoder;

@@ -2,7 +2,7 @@
 
 The unit-test file is generated here: two instances hold parts of each arm's cumulative sums (so the
 rules' fleet sums are exercised), the expected values come from the pipeline's statistics (validated
-against scipy in tests/pipeline/test_abstats.py), and each recorded value is checked to 1e-9 with a
+against scipy in tests/pipeline/experiments/test_abstats.py), and each recorded value is checked to 1e-9 with a
 ``abs(rule - expected) < bool 1e-9`` query. The alerts fire on a regression and a broken split and stay
 quiet on an A/A experiment.
 """

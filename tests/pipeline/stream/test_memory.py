@@ -48,7 +48,7 @@ def test_early_feedback_waits_then_orphans():
 
 
 def test_early_feedback_never_exceeds_capacity_when_the_oldest_bucket_is_stale() -> None:
-    # Found by tests/pipeline/test_stream_batch.py: a bucket whose entries were all popped (their request
+    # Found by tests/pipeline/stream/test_stream_batch.py: a bucket whose entries were all popped (their request
     # came) stays on the heap; evicting it freed nothing, the memory grew past capacity, and a processor
     # restored from a snapshot (no stale buckets) behaved differently from the original.
     from rankwatch.pipeline.stream.memory import EarlyFeedback

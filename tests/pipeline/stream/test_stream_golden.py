@@ -5,7 +5,7 @@ Every number in it must come out identical (floats compared exactly) however the
 record, in batches of any size, or with a snapshot/restore midway. Keys *absent* from the golden file are
 ignored, so later additions (new result keys, new stats) do not need a new recording; a changed or removed
 key fails. Re-record only for an intended change of results:
-``PYTHONPATH=. python tests/pipeline/test_stream_golden.py --record``.
+``PYTHONPATH=. python tests/pipeline/stream/test_stream_golden.py --record``.
 """
 
 from __future__ import annotations
