@@ -115,6 +115,10 @@ def corrected_correlation_values(
         return np.where(ok, s_xy / np.sqrt(np.where(ok, dx * dy, 1.0)), np.nan)
 
 
+def _array(value: float) -> FloatArray:
+    return np.asarray(value, dtype=np.float64)
+
+
 def _scalar(value: FloatArray | float) -> float | None:
     v = float(value)
     return v if math.isfinite(v) else None
@@ -122,17 +126,17 @@ def _scalar(value: FloatArray | float) -> float | None:
 
 def slope_ols(m: Moments) -> float | None:
     """OLS slope of online on offline differences; ``None`` when all ``x`` are equal or ``n < 2``."""
-    return _scalar(ols_slope_values(np.float64(m.s_xx), np.float64(m.s_xy)))
+    return _scalar(ols_slope_values(_array(m.s_xx), _array(m.s_xy)))
 
 
 def slope_corrected(m: Moments) -> float | None:
     """Errors-in-variables (BCES) slope; ``None`` when ``S_xx - mean(sx^2) <= 0`` or ``n < 2``."""
-    return _scalar(corrected_slope_values(np.float64(m.s_xx), np.float64(m.s_xy), np.float64(m.mean_vx)))
+    return _scalar(corrected_slope_values(_array(m.s_xx), _array(m.s_xy), _array(m.mean_vx)))
 
 
 def correlation_corrected(m: Moments) -> float | None:
     """Disattenuated correlation; ``None`` when either noise-corrected variance is ``<= 0`` or ``n < 2``."""
-    value = corrected_correlation_values(*(np.float64(v) for v in (m.s_xx, m.s_yy, m.s_xy, m.mean_vx, m.mean_vy)))
+    value = corrected_correlation_values(*(_array(v) for v in (m.s_xx, m.s_yy, m.s_xy, m.mean_vx, m.mean_vy)))
     return _scalar(value)
 
 
