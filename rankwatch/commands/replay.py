@@ -1,8 +1,10 @@
 """``rankwatch replay``: the streaming core over logged events (JSONL, optionally gzip), in event-time order.
 
-Every file is read line by line; each line's ``ts`` is sniffed (a tiny msgspec decode) and the files are
-heap-merged by it, impressions before clicks at equal times. A line whose ``ts`` cannot be read goes to
-the processor at once, which rejects it with its reason (so it is counted and dead-lettered, never lost).
+The files are read in chunks of lines and merged by event time chunk by chunk
+(:class:`pipeline.events.logs.EventLogMerge`: the order of a per-line merge by ``ts``, impressions before
+clicks at equal times), and each merged batch goes through the streaming core's batch path in one call. A
+line whose ``ts`` cannot be read reaches the processor where a per-line merge would have handed it over,
+and is rejected with its reason (counted and dead-lettered, never lost).
 Each file is assumed to be roughly in time order: disorder beyond ``--allowed-disorder`` makes events late,
 as it would online. The watermark follows event time only (the replay never ticks an idle clock); at the end
 everything is finalized and every window published.
@@ -10,11 +12,8 @@ everything is finalized and every window published.
 
 from __future__ import annotations
 
-import gzip
-import heapq
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -52,7 +51,7 @@ def command(
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.pipeline.clock import ManualClock
     from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
-    from rankwatch.pipeline.events.records import SourceRef
+    from rankwatch.pipeline.events.logs import EventLogMerge
     from rankwatch.pipeline.stream.processor import StreamProcessor
 
     config = _config(windows, attribution_window, allowed_disorder, by, ks)
@@ -72,22 +71,19 @@ def command(
             if out_file is not None:
                 out_file.write(json.dumps(w.document()) + "\n")
 
-    readers = [_LineReader(p, "impressions") for p in imp_paths] + [_LineReader(p, "clicks") for p in clk_paths]
-    total = sum(r.size for r in readers)
+    merge = EventLogMerge([(p, "impressions") for p in imp_paths] + [(p, "clicks") for p in clk_paths])
     try:
-        with _progress(total, lambda: sum(r.position() for r in readers)) as advance:
-            for stream, raw, ref in _merged(readers, proc, emit, SourceRef):
-                fn = proc.process_impression if stream == "impressions" else proc.process_feedback
-                emit(fn(raw, source=ref))
-                advance()
+        with _progress(merge.size, merge.position) as advance:
+            for kinds, values, sources in merge.batches():
+                emit(proc.process_batch(kinds, values, source_of=sources))
+                advance(len(values))
         emit(proc.flush())
     finally:
         if out_file is not None:
             out_file.close()
         if sink is not None:
             sink.close()
-        for r in readers:
-            r.close()
+        merge.close()
     doc = _overall_document(published, config)
     summary = _summary(proc.stats())
     if fmt == "json":
@@ -126,53 +122,6 @@ def _existing(path: str) -> Path:
     return p
 
 
-class _LineReader:
-    """Lines of a JSONL file, gzip detected by its magic bytes; tracks compressed bytes read."""
-
-    def __init__(self, path: Path, stream: str) -> None:
-        self.path, self.stream = path, stream
-        self.size = path.stat().st_size
-        self._raw = path.open("rb")
-        magic = self._raw.read(2)
-        self._raw.seek(0)
-        self._file: Any = gzip.GzipFile(fileobj=self._raw) if magic == b"\x1f\x8b" else self._raw
-
-    def lines(self) -> Iterator[tuple[int, bytes]]:
-        try:
-            for number, line in enumerate(self._file, start=1):
-                line = line.strip()
-                if line:
-                    yield number, line
-        except (OSError, EOFError) as e:
-            raise RankwatchError(f"{self.path}: cannot read: {e}") from None
-
-    def position(self) -> int:
-        return self._raw.tell() if not self._raw.closed else self.size
-
-    def close(self) -> None:
-        self._file.close()
-        self._raw.close()
-
-
-def _merged(readers: list[_LineReader], proc: Any, emit: Any, source_ref: Any) -> Iterator[tuple[str, bytes, Any]]:
-    """Lines of all readers in ts order; lines without a readable ts go to the processor straight away."""
-    from rankwatch.pipeline.events.validation import sniff_ts_ms
-
-    def keyed(index: int, reader: _LineReader) -> Iterator[tuple[int, int, int, int, str, bytes, Any]]:
-        order = STREAM_ORDER[reader.stream]
-        for number, line in reader.lines():
-            ref = source_ref(str(reader.path), index, number)
-            ts = sniff_ts_ms(line)
-            if ts is None:
-                fn = proc.process_impression if reader.stream == "impressions" else proc.process_feedback
-                emit(fn(line, source=ref))  # rejected with its reason
-                continue
-            yield ts, order, index, number, reader.stream, line, ref
-
-    for _ts, _o, _i, _n, stream, line, ref in heapq.merge(*(keyed(i, r) for i, r in enumerate(readers))):
-        yield stream, line, ref
-
-
 class _progress:
     """A rich progress bar over input bytes, only when stderr is a terminal."""
 
@@ -183,7 +132,7 @@ class _progress:
 
     def __enter__(self) -> Any:
         if not sys.stderr.isatty():
-            return lambda: None
+            return lambda events: None
         from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
@@ -191,12 +140,9 @@ class _progress:
                              console=Console(stderr=True), transient=True)
         self._bar.start()
         task = self._bar.add_task("replay", total=self.total)
-        counter = [0]
 
-        def advance() -> None:
-            counter[0] += 1
-            if counter[0] % 2048 == 0:
-                self._bar.update(task, completed=self.done())
+        def advance(events: int) -> None:
+            self._bar.update(task, completed=self.done())
 
         return advance
 
