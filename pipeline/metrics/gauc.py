@@ -326,7 +326,8 @@ class GaucSums:
     ``user_id``): GAUC is then null.
     """
 
-    __slots__ = ("weighted", "weight", "groups", "excluded", "available", "dropped", "_chunks", "_n_open", "moments")
+    __slots__ = ("weighted", "weight", "groups", "excluded", "available", "dropped", "_chunks", "_n_open", "moments",
+                 "_closed_memo")
 
     def __init__(
         self,
@@ -348,6 +349,9 @@ class GaucSums:
         self.moments = moments
         self._chunks: list[tuple[IntArray, FloatArray, BoolArray]] = []
         self._n_open = 0
+        # _closed() per weight kind until the next merge: a result document asks for the value and its
+        # SE, each of which closes every open group (a sort of all open items).
+        self._closed_memo: dict[str, tuple[float, float, int, int, tuple[float, float, float] | None]] = {}
         if open_keys is not None and open_keys.size:
             assert open_scores is not None and open_relevant is not None
             self._chunks.append((open_keys, open_scores, open_relevant))
@@ -366,6 +370,7 @@ class GaucSums:
         return self._chunks[0]
 
     def merge(self, other: GaucSums, max_open_items: int) -> None:
+        self._closed_memo.clear()
         self.weighted += other.weighted
         self.weight += other.weight
         self.groups += other.groups
@@ -390,12 +395,17 @@ class GaucSums:
         """The sums and moments with the open groups closed (not stored: they may still grow)."""
         if self._n_open == 0:
             return self.weighted, self.weight, self.groups, self.excluded, self.moments
+        memo = self._closed_memo.get(weight_kind)
+        if memo is not None:
+            return memo
         keys, scores, rel = self.open_items()
         codes, dense = np.unique(keys, return_inverse=True)
         counts = group_auc(dense.reshape(-1), scores, rel, codes.size)
         w, s, g, e, m = weighted_moments(counts, np.zeros(codes.size, np.int64), 1, weight_kind)
-        return (self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]),
+        memo = (self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]),
                 self.excluded + int(e[0]), _add_moments(self.moments, _moments_of(m[0])))  # fmt: skip
+        self._closed_memo[weight_kind] = memo
+        return memo
 
     def value(self, weight_kind: str) -> tuple[float | None, int | None, int | None]:
         """``(gauc, groups, excluded)``; GAUC is None without a two-class group or without a group key."""
