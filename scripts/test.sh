@@ -23,6 +23,10 @@ if [ -x deploy/kafka/local.sh ]; then
   echo "== resolving Kafka broker jars (Maven Central)"
   deploy/kafka/local.sh fetch
 fi
+if [ -x deploy/schema-registry/local.sh ]; then
+  echo "== resolving Apicurio Registry (Maven Central)"
+  deploy/schema-registry/local.sh fetch
+fi
 
 echo "== ruff"
 python3 -m ruff check .
