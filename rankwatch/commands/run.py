@@ -74,7 +74,6 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
 
     from rankwatch.config import load_config
     from rankwatch.consumers.service import ConsumerService, ServiceHealth
-    from rankwatch.consumers.topics import TopicError
     from rankwatch.consumers.windows_out import WindowsOutWriter
 
     # Signals first: a SIGTERM during start-up must also end in a clean exit, not a default death.
@@ -141,16 +140,6 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         except (OSError, ValueError) as e:
             raise RankwatchError(f"exporter cannot listen on {cfg.exporter.host}:{cfg.exporter.port}: {e}") from None
         logging.getLogger("rankwatch").info("serving metrics on %s/metrics", server.url)
-    try:
-        service.start()
-    except TopicError:
-        if server is not None:
-            server.stop()
-        raise
-    except Exception as e:  # noqa: BLE001 - an unreachable broker, bad credentials: one line
-        if server is not None:
-            server.stop()
-        raise RankwatchError(f"cannot start consuming from {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
 
     def backstop() -> None:
         # Reached only if closing hangs past the service's own bound (shutdown_timeout): the state is safe
@@ -167,10 +156,22 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             timer.start()
         service.stop()
 
+    # From here a signal stops the service, also while start() waits for Kafka (every wait there is bounded
+    # and abandoned on stop, consumers/connect.py).
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if stop_requested:
         on_signal(stop_requested[0], None)
+    try:
+        service.start()
+    except RankwatchError:  # bad topics, authentication, TLS, authorization: already one line
+        if server is not None:
+            server.stop()
+        raise
+    except Exception as e:  # noqa: BLE001 - anything else from Kafka: one line
+        if server is not None:
+            server.stop()
+        raise RankwatchError(f"cannot start consuming from {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
     if scheduler is not None:
         scheduler.start()
     # Everything built so far (modules, clients, config) lives as long as the process: keep it out of the
