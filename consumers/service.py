@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import errors as kerr
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
@@ -39,7 +40,7 @@ from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointStore
 from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.committer import Committer
-from rankwatch.consumers.connect import ClientSet, Stopped, check_connection, fatal
+from rankwatch.consumers.connect import ClientSet, Stopped, check_connection, explain, fatal
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.end_offsets import EndOffsets
@@ -179,6 +180,16 @@ class ConsumerService:
                 log.debug("start attempt failed; %d threads alive", threading.active_count())
                 self._stop.wait(self._outage.backoff())
 
+    def _resource_of(self, exc: BaseException) -> str:
+        """What an authorization error was about, as docs/security.md names it."""
+        k = self.kafka
+        if isinstance(exc, kerr.GroupAuthorizationFailedError):
+            return f"group {k.group_id!r} (Read)"
+        if isinstance(exc, kerr.TopicAuthorizationFailedError):
+            topics = [t for t in (k.impressions_topic, k.clicks_topic, k.checkpoints, k.dead_letters) if t in str(exc)]
+            return f"topic {topics[0]!r}" if topics else "a topic"
+        return ""
+
     def _forget_clients(self, clients: ClientSet) -> None:
         """A failed start attempt: every client it made is closed (bounded), none is kept."""
         clients.close(1.0)
@@ -236,10 +247,13 @@ class ConsumerService:
                 if delay:
                     self._refresh_health(running=True)
                     self._stop.wait(delay)
-        except FatalKafkaError:
+        except FatalKafkaError as e:
             # Refused (credentials or an ACL revoked...): nothing more is fed, published nor checkpointed;
             # the pairs resume from their last committed checkpoint at the next start.
             self._fatal = True
+            line = explain(e.cause, self.kafka.client_kwargs(), resource=self._resource_of(e.cause)) if e.cause else None
+            if line is not None:
+                raise FatalKafkaError(line) from None
             raise
         finally:
             self._shutdown()
