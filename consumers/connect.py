@@ -75,6 +75,24 @@ def install_recv_fix() -> None:
     cls._rankwatch_recv_fix = True
 
 
+class _NoSaslBytes(logging.Filter):
+    """Drops kafka-python's debug lines that print SASL requests (a PLAIN request carries the password)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is not ours to fix
+            return True
+        return "SaslAuthenticate" not in text and "SaslBytes" not in text
+
+
+def hide_sasl_in_logs() -> None:
+    """Install :class:`_NoSaslBytes` on the root logger's handlers (``--log-level debug`` shows kafka-python)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _NoSaslBytes) for f in handler.filters):
+            handler.addFilter(_NoSaslBytes())
+
+
 def _where(kwargs: Mapping[str, Any]) -> str:
     servers = kwargs.get("bootstrap_servers") or []
     return ",".join([servers] if isinstance(servers, str) else list(servers))

@@ -43,7 +43,8 @@ SCHEMA: dict[str, frozenset[str] | None] = {
     "actions": None,
     "output": frozenset({"windows_out"}),
     "exporter": frozenset(
-        {"enabled", "host", "port", "tls_certfile", "tls_keyfile", "basic_auth_user", "basic_auth_password_file"}
+        {"enabled", "host", "port", "tls_certfile", "tls_keyfile", "basic_auth_user", "basic_auth_password_file",
+         "web_config_file"}
     ),
     "baselines": frozenset({"files", "directory", "reload_interval"}),
 }
@@ -58,6 +59,7 @@ class ExporterSettings:
     tls_keyfile: Path | None = None
     basic_auth_user: str = ""  # basic auth on /metrics when set, password read from the file
     basic_auth_password_file: Path | None = None
+    web_config_file: Path | None = None  # exporter-toolkit web config (TLS, client certs, bcrypt users)
 
 
 @dataclass(frozen=True)
@@ -203,9 +205,12 @@ def _exporter(ex: _Reader, base: Path, port: int) -> ExporterSettings:
     if bool(user) != (password_file is not None):
         raise ex.fail("basic_auth_password_file" if user else "basic_auth_user",
                       "basic auth needs both basic_auth_user and basic_auth_password_file")
+    web = existing_file("web_config_file")
+    if web is not None and (cert or user):
+        raise ex.fail("web_config_file", "give either web_config_file or the tls_*/basic_auth_* keys, not both")
     return ExporterSettings(enabled=ex.get("enabled", bool, True), host=ex.get("host", str, "127.0.0.1"),
                             port=port, tls_certfile=cert, tls_keyfile=key, basic_auth_user=user,
-                            basic_auth_password_file=password_file)
+                            basic_auth_password_file=password_file, web_config_file=web)
 
 
 def _kafka(k: _Reader, t: _Reader, where: str, base: Path = Path(".")) -> KafkaSettings:
