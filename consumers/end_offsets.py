@@ -19,8 +19,10 @@ class EndOffsets:
     """``end_offsets`` through a group-less client, falling back to ``consumer`` where that client cannot
     answer (kafka-python 3.0.12 raises ``KeyError`` when it lacks a topic's metadata)."""
 
-    def __init__(self, client_kwargs: dict[str, Any], topics: Iterable[str], consumer: Any) -> None:
-        self.client = KafkaConsumer(**client_kwargs, group_id=None, enable_auto_commit=False)
+    def __init__(self, client_kwargs: dict[str, Any], topics: Iterable[str], consumer: Any, *, clients: Any = None) -> None:
+        # ``clients`` (consumers.connect.ClientSet): the construction is bounded and closed on a failed start
+        kwargs = {**client_kwargs, "group_id": None, "enable_auto_commit": False}
+        self.client = clients.open(KafkaConsumer, "end-offset client", **kwargs) if clients else KafkaConsumer(**kwargs)
         self.consumer = consumer
         self._track(topics)
 

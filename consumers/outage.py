@@ -44,6 +44,8 @@ _FATAL_TYPES: tuple[type[BaseException], ...] = tuple(
 class FatalKafkaError(RankwatchError):
     """A Kafka error no retry can cure; the message is the one-line reason the process ends with."""
 
+    cause: BaseException | None = None  # the kafka-python error, when there was one
+
 
 def is_fatal(exc: BaseException) -> bool:
     return isinstance(exc, FatalKafkaError) or isinstance(exc, _FATAL_TYPES) or "Authentication" in type(exc).__name__
@@ -144,7 +146,11 @@ class KafkaOutage:
             result = fn(*args, **kwargs)
         except Exception as e:
             if is_fatal(e):
-                raise e if isinstance(e, FatalKafkaError) else FatalKafkaError(f"Kafka refused {step}: {one_line(e)}") from None
+                if isinstance(e, FatalKafkaError):
+                    raise
+                fatal = FatalKafkaError(f"Kafka refused {step}: {one_line(e)}")
+                fatal.cause = e  # the service names the resource from it (consumers/connect.explain)
+                raise fatal from None
             if is_retriable(e):
                 self.failed(step, e)
                 return False, None

@@ -32,6 +32,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import __version__ as kafka_version
+from kafka import errors as kerr
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
@@ -40,6 +41,7 @@ from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointStore
 from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.committer import Committer
+from rankwatch.consumers.connect import ClientSet, Stopped, check_connection, explain, fatal
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.end_offsets import EndOffsets
@@ -120,6 +122,7 @@ class ConsumerService:
             else InProcessCores(stream, clock=clock))
         self._watchdog = Watchdog(self)
         self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
+        self._fatal = False  # the loop ended with a FatalKafkaError: no final feed nor checkpoint
         self.partitions = 0
 
     # -- public API ------------------------------------------------------------------------------------
@@ -148,43 +151,79 @@ class ConsumerService:
         """Check the topics and open the clients (errors here are one-line ``RankwatchError`` s).
 
         A broker unreachable at start is an outage like any other: logged once, retried with the backoff
-        until it answers or :meth:`stop` is called (then :meth:`run` returns at once). Bad topics
-        (``TopicError``) and fatal errors end it.
+        until it answers or :meth:`stop` is called (then :meth:`run` returns at once). Every wait of an
+        attempt is bounded and abandoned on :meth:`stop`, and a failed attempt closes every client it made
+        (consumers/connect.py). Bad topics (``TopicError``) and fatal errors (authentication, TLS,
+        authorization: one line naming the cause and the resource) end it.
         """
+        k = self.kafka
         while not self._stop.is_set():
+            clients = ClientSet(self._stop, timeout_s=max(5.0, k.session_timeout_s))
             try:
-                self._open()
+                self._open(clients)
+                clients.release()
                 self._outage.succeeded()
                 return
+            except Stopped:
+                self._forget_clients(clients)
+                return
             except TopicError:
+                self._forget_clients(clients)
                 raise
             except Exception as e:
-                self._close_clients(0.5)
-                if is_fatal(e):
-                    raise e if isinstance(e, FatalKafkaError) else FatalKafkaError(f"Kafka refused start: {one_line(e)}") from None
+                self._forget_clients(clients)
+                named = fatal(e, k.client_kwargs())
+                if is_fatal(named):
+                    raise named if isinstance(named, FatalKafkaError) else FatalKafkaError(
+                        f"Kafka refused start: {one_line(named)}") from None
                 if not (is_retriable(e) or isinstance(e, KafkaError)):
                     raise  # a bug; any Kafka refusal at start is retried (e.g. a broker shutting down
                     # refuses CreateTopics with InvalidReplicationFactor: "all brokers are fenced")
                 self._outage.failed("start", e)
+                log.debug("start attempt failed; %d threads alive", threading.active_count())
                 self._stop.wait(self._outage.backoff())
 
-    def _open(self) -> None:
+    def _resource_of(self, exc: BaseException) -> str:
+        """What an authorization error was about, as docs/security.md names it."""
+        k = self.kafka
+        if isinstance(exc, kerr.GroupAuthorizationFailedError):
+            return f"group {k.group_id!r} (Read)"
+        if isinstance(exc, kerr.TopicAuthorizationFailedError):
+            topics = [t for t in (k.impressions_topic, k.clicks_topic, k.checkpoints, k.dead_letters) if t in str(exc)]
+            return f"topic {topics[0]!r}" if topics else "a topic"
+        return ""
+
+    def _forget_clients(self, clients: ClientSet) -> None:
+        """A failed start attempt: every client it made is closed (bounded), none is kept."""
+        clients.close(1.0)
+        self._consumer = self._offsets = self._producer = None
+        self._store = None
+
+    def _open(self, clients: ClientSet) -> None:
         k = self.kafka
         client = k.client_kwargs()
-        self.partitions = check_copartitioned(client, k.impressions_topic, k.clicks_topic)
-        ensure_topic(client, k.checkpoints, partitions=self.partitions, config=CHECKPOINT_TOPIC_CONFIG, grow=True)
-        ensure_topic(client, k.dead_letters, partitions=1)
+        # One connection first: a wrong password or an untrusted certificate is named at once (one line)
+        # instead of surfacing as a bootstrap timeout of every client.
+        check_connection(client, clients.timeout_s, clients)
+        self.partitions = check_copartitioned(client, k.impressions_topic, k.clicks_topic, clients=clients)
+        ensure_topic(client, k.checkpoints, partitions=self.partitions, config=CHECKPOINT_TOPIC_CONFIG, grow=True,
+                     clients=clients)
+        ensure_topic(client, k.dead_letters, partitions=1, clients=clients)
         # max_block_ms bounds a send() that waits for metadata or buffer space (an outage): the dead letter
         # is then kept and sent again, instead of the loop hanging for kafka-python's default 60 s.
-        self._producer = KafkaProducer(**client, acks="all", linger_ms=5, max_request_size=2 * 1024 * 1024,
-                                       max_block_ms=2000)
+        self._producer = clients.open(KafkaProducer, "checkpoint and dead-letter producer", **client, acks="all",
+                                      linger_ms=5, max_request_size=2 * 1024 * 1024, max_block_ms=2000)
         for topic in (k.checkpoints, k.dead_letters):
-            self._producer.partitions_for(topic)  # metadata now, while the broker is known to answer
+            try:  # metadata now, while the broker is known to answer
+                clients.call(f"metadata of {topic!r}", self._producer.partitions_for, topic)
+            except KafkaError as e:
+                raise fatal(e, client, resource=f"topic {topic!r} (Describe, Write)") from None
         self._store = CheckpointStore(self._producer, k.checkpoints, client)
         self._dead = KafkaDeadLetterSink(self._producer, k.dead_letters)
         self._cores.dead_letters = self._dead
-        self._consumer = KafkaConsumer(
-            **client, group_id=k.group_id, enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
+        self._consumer = clients.open(
+            KafkaConsumer, "consumer", **client, group_id=k.group_id, enable_auto_commit=False,
+            auto_offset_reset=k.auto_offset_reset,
             partition_assignment_strategy=[RangePartitionAssignor], max_poll_records=k.max_poll_records,
             session_timeout_ms=int(k.session_timeout_s * 1000),
             heartbeat_interval_ms=max(100, int(k.session_timeout_s * 1000) // 4),
@@ -194,7 +233,7 @@ class ConsumerService:
         if missing := missing_internals(self._consumer):
             log.error("kafka-python %s lacks %s: the fetch and group-join repairs verified on %s do nothing "
                       "(consumers/fetch_compat.py)", kafka_version, ", ".join(missing), VERIFIED_KAFKA_PYTHON)
-        self._offsets = EndOffsets(client, (k.impressions_topic, k.clicks_topic), self._consumer)
+        self._offsets = EndOffsets(client, (k.impressions_topic, k.clicks_topic), self._consumer, clients=clients)
 
     def run(self) -> None:
         """Consume until :meth:`stop`; then checkpoint and commit every owned pair and close the clients.
@@ -214,6 +253,14 @@ class ConsumerService:
                 if delay:
                     self._refresh_health(running=True)
                     self._stop.wait(delay)
+        except FatalKafkaError as e:
+            # Refused (credentials or an ACL revoked...): nothing more is fed, published nor checkpointed;
+            # the pairs resume from their last committed checkpoint at the next start.
+            self._fatal = True
+            line = explain(e.cause, self.kafka.client_kwargs(), resource=self._resource_of(e.cause)) if e.cause else None
+            if line is not None:
+                raise FatalKafkaError(line) from None
+            raise
         finally:
             self._shutdown()
 
@@ -412,7 +459,10 @@ class ConsumerService:
             return max(0.5, deadline - time.monotonic())
 
         try:
-            if consumer is not None and self._pairs and self._outage.active:
+            if self._fatal:
+                log.warning("no final checkpoint after a fatal Kafka error (pairs %s resume from their last "
+                            "committed checkpoint)", sorted(self._pairs))
+            elif consumer is not None and self._pairs and self._outage.active:
                 log.warning("Kafka unreachable at shutdown: no final checkpoint (pairs %s resume from their last "
                             "committed checkpoint)", sorted(self._pairs))
             elif consumer is not None and self._pairs:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -20,6 +21,78 @@ PASSTHROUGH_OPTIONS = frozenset({
     "connections_max_idle_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms", "retry_backoff_ms",
     "metadata_max_age_ms", "api_version", "bootstrap_timeout_ms",
 })
+
+# Options holding a secret: each may instead be read from a file, ``<option>_file`` (docs/security.md).
+SECRET_OPTIONS = ("sasl_plain_password", "ssl_password")
+SECRET_FILE_OPTIONS = frozenset(f"{name}_file" for name in SECRET_OPTIONS)
+
+
+class Secret:
+    """A secret value that never prints: ``repr``/``str`` give ``'***'``; :meth:`reveal` gives the value."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def read_secret_file(path: str | Path) -> Secret:
+    """The content of a secret file, stripped of one trailing newline (the ``<key>_file`` convention).
+
+    Raises ``ValueError`` naming the file (never its content) when it is missing, unreadable or empty.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {type(e).__name__}") from None
+    if text.endswith("\r\n"):
+        text = text[:-2]
+    elif text.endswith("\n"):
+        text = text[:-1]
+    if not text:
+        raise ValueError(f"{path} is empty")
+    return Secret(text)
+
+
+def security_options(raw: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """The ``[kafka.security]`` table as client options: ``<secret>_file`` read (relative to ``base``),
+    secrets wrapped in :class:`Secret`. Raises ``ValueError("<key>: <problem>")``."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in SECRET_FILE_OPTIONS:
+            option = key[: -len("_file")]
+            if option in raw:
+                raise ValueError(f"{key}: give either {option} or {key}, not both")
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{key}: expected a file name")
+            try:
+                out[option] = read_secret_file(base / value)
+            except ValueError as e:
+                raise ValueError(f"{key}: {e}") from None
+            continue
+        if key not in PASSTHROUGH_OPTIONS:
+            known = ", ".join(sorted(PASSTHROUGH_OPTIONS | SECRET_FILE_OPTIONS))
+            raise ValueError(f"{key}: not a supported kafka-python option (known: {known})")
+        if not isinstance(value, str | int | bool):
+            raise ValueError(f"{key}: expected a string, integer or boolean")
+        out[key] = Secret(value) if key in SECRET_OPTIONS and isinstance(value, str) else value
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,9 +185,12 @@ class KafkaSettings:
         return self.dead_letter_topic or f"{self.group_id}.dead-letters"
 
     def client_kwargs(self) -> dict[str, Any]:
-        """Options common to every kafka-python client this service opens."""
+        """Options of every kafka-python client of rankwatch (``run``'s consumer, producers and end-offset
+        client, ``simulate``, ``inspect``): the one place security options and secrets reach the clients."""
         # kafka-python's reconnect backoff grows to 30 s by default: after an outage the broker would be
-        # seen again up to 30 s late. Capped at our own retry cap unless the user set it.
+        # seen again up to 30 s late. Capped at our own retry cap unless the user set it. Its bootstrap
+        # waits 30 s by default inside a constructor: bounded by the session timeout here.
         backoff_ms = int(self.retry_backoff_max_s * 1000)
+        options = {k: v.reveal() if isinstance(v, Secret) else v for k, v in self.client_options.items()}
         return {"bootstrap_servers": list(self.bootstrap_servers), "reconnect_backoff_max_ms": backoff_ms,
-                **dict(self.client_options)}
+                "bootstrap_timeout_ms": int(max(5.0, self.session_timeout_s) * 1000), **options}

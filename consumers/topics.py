@@ -12,10 +12,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient
+from kafka import errors as kerr
 from kafka.admin import NewPartitions, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from rankwatch.consumers.connect import ClientSet, fatal
 from rankwatch.pipeline.errors import RankwatchError
 
 # A checkpoint chunk is at most this big (see consumers.checkpoints); the topic allows a little more.
@@ -32,25 +34,42 @@ class TopicError(RankwatchError):
     """A topic is missing or laid out so that the service cannot be correct."""
 
 
-def partition_counts(client_kwargs: dict[str, Any], topics: Iterable[str], *, timeout_s: float = 30.0) -> dict[str, int]:
-    """Number of partitions of each topic (0 when it does not exist)."""
-    consumer = KafkaConsumer(**client_kwargs, enable_auto_commit=False)
+def partition_counts(client_kwargs: dict[str, Any], topics: Iterable[str], *, timeout_s: float = 30.0,
+                     clients: ClientSet | None = None) -> dict[str, int]:
+    """Number of partitions of each topic (0 when it does not exist).
+
+    Bounded: each metadata request waits at most ``clients.timeout_s`` (and is abandoned when its stop
+    event is set). A topic this client may not describe is a one-line :class:`FatalKafkaError` naming it
+    (the broker answers TOPIC_AUTHORIZATION_FAILED, which is not "does not exist").
+    """
+    own = clients is None
+    clients = clients or ClientSet(timeout_s=min(timeout_s, 30.0) + 5.0)
+    admin = clients.open(KafkaAdminClient, "admin client", **client_kwargs)
     try:
         deadline = time.monotonic() + timeout_s
-        wanted = list(topics)
+        wanted = list(dict.fromkeys(topics))
         while True:
-            known = consumer.topics()
-            counts = {t: len(consumer.partitions_for_topic(t) or ()) if t in known else 0 for t in wanted}
+            counts = {t: 0 for t in wanted}
+            for info in clients.call("describing topics", admin.describe_topics, wanted):
+                code, name = info.get("error_code", 0), info.get("name")
+                if code == kerr.TopicAuthorizationFailedError.errno:
+                    raise fatal(kerr.TopicAuthorizationFailedError(), client_kwargs, resource=f"topic {name!r} (Describe)")
+                if code == 0 and name in counts:
+                    counts[name] = len(info.get("partitions") or ())
             if all(counts.values()) or time.monotonic() > deadline:
                 return counts
             time.sleep(0.5)  # metadata of a just-created topic can take a moment
     finally:
-        consumer.close()
+        if own:
+            clients.close()
+        else:
+            clients.discard(admin)
 
 
-def check_copartitioned(client_kwargs: dict[str, Any], impressions: str, clicks: str) -> int:
+def check_copartitioned(client_kwargs: dict[str, Any], impressions: str, clicks: str, *,
+                        clients: ClientSet | None = None) -> int:
     """The common partition count of the two input topics; a one-line :class:`TopicError` otherwise."""
-    counts = partition_counts(client_kwargs, (impressions, clicks), timeout_s=5.0)
+    counts = partition_counts(client_kwargs, (impressions, clicks), timeout_s=5.0, clients=clients)
     for topic in (impressions, clicks):
         if counts[topic] == 0:
             raise TopicError(f"topic {topic!r} does not exist (create it, e.g. rankwatch simulate --create-topics)")
@@ -64,31 +83,46 @@ def check_copartitioned(client_kwargs: dict[str, Any], impressions: str, clicks:
 
 def ensure_topic(
     client_kwargs: dict[str, Any], name: str, *, partitions: int, config: dict[str, str] | None = None,
-    grow: bool = False,
+    grow: bool = False, clients: ClientSet | None = None,
 ) -> int:
     """Create ``name`` when missing (replication factor 1 on a single broker, else the broker default).
 
     With ``grow`` a topic with fewer than ``partitions`` partitions gets more. Returns the partition count.
+    Bounded like :func:`partition_counts`; a refused creation names the topic (one line).
     """
-    admin = KafkaAdminClient(**client_kwargs)
+    own = clients is None
+    clients = clients or ClientSet(timeout_s=35.0)
+    resource = f"topic {name!r} (Create)"
     try:
-        n_brokers = max(1, len(admin.describe_cluster().get("brokers", [])))
-        replication = 1 if n_brokers == 1 else -1  # -1: the broker's default.replication.factor
-        try:
-            admin.create_topics([NewTopic(name, partitions, replication, topic_configs=config or {})])
-        except TopicAlreadyExistsError:
-            pass
+        have = partition_counts(client_kwargs, (name,), timeout_s=0.0, clients=clients)[name]
+        if have == 0:
+            admin = clients.open(KafkaAdminClient, "admin client", **client_kwargs)
+            try:
+                n_brokers = max(1, len(clients.call("describing the cluster", admin.describe_cluster).get("brokers", [])))
+                replication = 1 if n_brokers == 1 else -1  # -1: the broker's default.replication.factor
+                try:
+                    clients.call(f"creating topic {name!r}", admin.create_topics,
+                                 [NewTopic(name, partitions, replication, topic_configs=config or {})])
+                except TopicAlreadyExistsError:
+                    pass
+                except kerr.AuthorizationError as e:
+                    raise fatal(e, client_kwargs, resource=resource) from None
+            finally:
+                clients.discard(admin)
+            have = partition_counts(client_kwargs, (name,), clients=clients)[name]
+        if grow and 0 < have < partitions:
+            admin = clients.open(KafkaAdminClient, "admin client", **client_kwargs)
+            try:
+                clients.call(f"adding partitions to {name!r}", admin.create_partitions, {name: NewPartitions(partitions)})
+            except kerr.AuthorizationError as e:
+                raise fatal(e, client_kwargs, resource=f"topic {name!r} (Alter)") from None
+            finally:
+                clients.discard(admin)
+            have = partition_counts(client_kwargs, (name,), clients=clients)[name]
+            while have < partitions:
+                time.sleep(0.2)
+                have = partition_counts(client_kwargs, (name,), clients=clients)[name]
+        return have
     finally:
-        admin.close()
-    have = partition_counts(client_kwargs, (name,))[name]
-    if grow and 0 < have < partitions:
-        admin = KafkaAdminClient(**client_kwargs)
-        try:
-            admin.create_partitions({name: NewPartitions(partitions)})
-        finally:
-            admin.close()
-        have = partition_counts(client_kwargs, (name,))[name]
-        while have < partitions:
-            time.sleep(0.2)
-            have = partition_counts(client_kwargs, (name,))[name]
-    return have
+        if own:
+            clients.close()

@@ -1,6 +1,9 @@
 """HTTP endpoint: ``/metrics`` (prometheus-client exposition), ``/healthz`` (liveness), ``/readyz`` (readiness).
 
-Optional TLS (certificate and key files) and HTTP basic auth. Basic auth protects ``/metrics`` only:
+Optional TLS (certificate and key files, optionally client certificates) and HTTP basic auth, configured
+like every official Prometheus exporter: :func:`load_web_config` reads the exporter-toolkit web
+configuration file (``tls_server_config``, ``basic_auth_users`` with bcrypt hashes); the older
+``[exporter]`` keys map onto the same :class:`WebConfig`. Basic auth protects ``/metrics`` only:
 orchestrator probes usually cannot send credentials, and the probes reveal nothing but "ok". Credentials
 are compared in constant time. When the registry is the collector's own :class:`RankwatchRegistry`, ``/metrics``
 is served from its :class:`~exporters.collector.CachedExposition` (identical bytes, rendered once per state
@@ -36,10 +39,96 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
+CLIENT_AUTH_TYPES = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
+                     "RequireAndVerifyClientCert")
+
+
 @dataclass(frozen=True)
 class TLSConfig:
     certfile: str
     keyfile: str
+    client_auth_type: str = "NoClientCert"  # exporter-toolkit's names
+    client_ca_file: str | None = None
+
+
+@dataclass(frozen=True)
+class BcryptUsers:
+    """``basic_auth_users`` of the web config: user -> bcrypt hash (the hashes are not secrets, but the
+    passwords they check are never stored)."""
+
+    users: tuple[tuple[str, bytes], ...]
+
+    def __repr__(self) -> str:
+        return f"BcryptUsers({[u for u, _ in self.users]!r})"
+
+    def accepts(self, header: str | None) -> bool:
+        import bcrypt
+
+        parsed = _parse_basic(header)
+        if parsed is None:
+            return False
+        user, password = parsed
+        ok = False
+        for name, hashed in self.users:
+            if hmac.compare_digest(name.encode(), user.encode()):
+                try:
+                    ok = bcrypt.checkpw(password.encode(), hashed)
+                except ValueError:
+                    ok = False
+        return ok
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    tls: TLSConfig | None = None
+    auth: BasicAuth | BcryptUsers | None = None
+
+
+def load_web_config(path: str) -> WebConfig:
+    """The exporter-toolkit web configuration file (YAML); ``ValueError`` naming the key on a problem.
+
+    Relative file names in it are relative to the file's folder, as in exporter-toolkit.
+    """
+    import os
+
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh) or {}
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {type(e).__name__}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {' '.join(str(e).split())[:200]}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping")
+    unknown = sorted(set(raw) - {"tls_server_config", "basic_auth_users", "http_server_config"})
+    if unknown:
+        raise ValueError(f"{path}: {unknown[0]}: unknown key (known: basic_auth_users, tls_server_config)")
+    here = os.path.dirname(os.path.abspath(path))
+
+    def rel(name: str) -> str:
+        return name if os.path.isabs(name) else os.path.join(here, name)
+
+    tls = None
+    t = raw.get("tls_server_config")
+    if t:
+        if not isinstance(t, dict) or not t.get("cert_file") or not t.get("key_file"):
+            raise ValueError(f"{path}: tls_server_config: needs cert_file and key_file")
+        kind = t.get("client_auth_type", "NoClientCert")
+        if kind not in CLIENT_AUTH_TYPES:
+            raise ValueError(f"{path}: tls_server_config.client_auth_type: one of {', '.join(CLIENT_AUTH_TYPES)}")
+        ca = t.get("client_ca_file")
+        if kind in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert") and not ca:
+            raise ValueError(f"{path}: tls_server_config.client_ca_file: needed by client_auth_type {kind}")
+        tls = TLSConfig(rel(t["cert_file"]), rel(t["key_file"]), kind, rel(ca) if ca else None)
+    auth = None
+    users = raw.get("basic_auth_users")
+    if users:
+        if not isinstance(users, dict) or not all(isinstance(v, str) and v.startswith("$2") for v in users.values()):
+            raise ValueError(f"{path}: basic_auth_users: expected user: bcrypt-hash pairs")
+        auth = BcryptUsers(tuple((str(u), h.encode()) for u, h in users.items()))
+    return WebConfig(tls=tls, auth=auth)
 
 
 @dataclass(frozen=True)
@@ -49,10 +138,11 @@ class BasicAuth:
 
     @classmethod
     def from_file(cls, username: str, password_file: str) -> BasicAuth:
-        """The password from a file (first line, trailing newline stripped), as Prometheus'
-        ``password_file`` does; keeps the secret out of configuration files and process listings."""
-        with open(password_file, encoding="utf-8") as fh:
-            password = fh.readline().rstrip("\r\n")
+        """The password from a file (its content, one trailing newline stripped: the ``<key>_file``
+        convention of docs/security.md); keeps the secret out of configuration files and process listings."""
+        with open(password_file, encoding="utf-8", newline="") as fh:
+            password = fh.read()
+        password = password[:-2] if password.endswith("\r\n") else password.removesuffix("\n")
         if not password:
             raise ValueError(f"{password_file}: empty password")
         return cls(username, password)
@@ -61,18 +151,24 @@ class BasicAuth:
         return f"BasicAuth(username={self.username!r}, password='***')"
 
     def accepts(self, header: str | None) -> bool:
-        if not header or not header.startswith("Basic "):
+        parsed = _parse_basic(header)
+        if parsed is None:
             return False
-        try:
-            decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        user, sep, password = decoded.partition(":")
-        if not sep:
-            return False
+        user, password = parsed
         ok_user = hmac.compare_digest(user.encode(), self.username.encode())
         ok_password = hmac.compare_digest(password.encode(), self.password.encode())
         return ok_user and ok_password
+
+
+def _parse_basic(header: str | None) -> tuple[str, str] | None:
+    if not header or not header.startswith("Basic "):
+        return None
+    try:
+        decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    user, sep, password = decoded.partition(":")
+    return (user, password) if sep else None
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
@@ -112,7 +208,8 @@ def _text(
 
 
 def exporter_app(
-    registry: CollectorRegistry, *, auth: BasicAuth | None = None, ready: Callable[[], bool] = lambda: True
+    registry: CollectorRegistry, *, auth: BasicAuth | BcryptUsers | None = None,
+    ready: Callable[[], bool] = lambda: True
 ) -> WSGIApp:
     """The WSGI application: routes, basic auth on ``/metrics``, readiness from ``ready()``."""
     metrics_app = make_wsgi_app(registry)
@@ -175,7 +272,7 @@ class MetricsServer:
         bind: str = DEFAULT_BIND,
         port: int = DEFAULT_PORT,
         tls: TLSConfig | None = None,
-        auth: BasicAuth | None = None,
+        auth: BasicAuth | BcryptUsers | None = None,
         ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self._app = exporter_app(registry, auth=auth, ready=ready)
@@ -198,6 +295,14 @@ class MetricsServer:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(self.tls.certfile, self.tls.keyfile)
+            kind = self.tls.client_auth_type
+            if kind != "NoClientCert":
+                if self.tls.client_ca_file:
+                    context.load_verify_locations(self.tls.client_ca_file)
+                # Python's ssl verifies what it requests: RequireAndVerifyClientCert and RequireAnyClientCert
+                # need a trusted certificate; the "IfGiven"/"Request" kinds verify one when it comes.
+                required = kind in ("RequireAndVerifyClientCert", "RequireAnyClientCert")
+                context.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
         server_class = _ThreadingWSGIServerV6 if ":" in self.bind else _ThreadingWSGIServer
         server = make_server(
             self.bind, self.port, self._app, server_class=server_class, handler_class=_QuietHandler

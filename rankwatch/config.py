@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from rankwatch.consumers.settings import PASSTHROUGH_OPTIONS, KafkaSettings
+from rankwatch.consumers.settings import KafkaSettings, security_options
 from rankwatch.errors import ConfigError
 from rankwatch.pipeline.events.validation import DEFAULT_ACTION_GRADES
 from rankwatch.pipeline.experiments.spec import ExperimentSpec, experiment_from_dict
@@ -43,7 +43,8 @@ SCHEMA: dict[str, frozenset[str] | None] = {
     "actions": None,
     "output": frozenset({"windows_out"}),
     "exporter": frozenset(
-        {"enabled", "host", "port", "tls_certfile", "tls_keyfile", "basic_auth_user", "basic_auth_password_file"}
+        {"enabled", "host", "port", "tls_certfile", "tls_keyfile", "basic_auth_user", "basic_auth_password_file",
+         "web_config_file"}
     ),
     "baselines": frozenset({"files", "directory", "reload_interval"}),
 }
@@ -58,6 +59,7 @@ class ExporterSettings:
     tls_keyfile: Path | None = None
     basic_auth_user: str = ""  # basic auth on /metrics when set, password read from the file
     basic_auth_password_file: Path | None = None
+    web_config_file: Path | None = None  # exporter-toolkit web config (TLS, client certs, bcrypt users)
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
                 if key not in allowed:
                     raise ConfigError(f"{where}: {table}.{key}: unknown key (known: {', '.join(sorted(allowed))})")
     r = {t: _Reader(where, t, raw.get(t, {})) for t in SCHEMA}
-    kafka = _kafka(r["kafka"], r["topics"], where)
+    kafka = _kafka(r["kafka"], r["topics"], where, base)
     stream = replace(_stream(r, where), experiments=experiments)
     ex = r["exporter"]
     port = ex.get("port", int, 9108)
@@ -203,18 +205,19 @@ def _exporter(ex: _Reader, base: Path, port: int) -> ExporterSettings:
     if bool(user) != (password_file is not None):
         raise ex.fail("basic_auth_password_file" if user else "basic_auth_user",
                       "basic auth needs both basic_auth_user and basic_auth_password_file")
+    web = existing_file("web_config_file")
+    if web is not None and (cert or user):
+        raise ex.fail("web_config_file", "give either web_config_file or the tls_*/basic_auth_* keys, not both")
     return ExporterSettings(enabled=ex.get("enabled", bool, True), host=ex.get("host", str, "127.0.0.1"),
                             port=port, tls_certfile=cert, tls_keyfile=key, basic_auth_user=user,
-                            basic_auth_password_file=password_file)
+                            basic_auth_password_file=password_file, web_config_file=web)
 
 
-def _kafka(k: _Reader, t: _Reader, where: str) -> KafkaSettings:
-    security: dict[str, Any] = k.get("security", dict, {})
-    for key, value in security.items():
-        if key not in PASSTHROUGH_OPTIONS:
-            raise k.fail(f"security.{key}", f"not a supported kafka-python option (known: {', '.join(sorted(PASSTHROUGH_OPTIONS))})")
-        if not isinstance(value, str | int | bool):
-            raise k.fail(f"security.{key}", "expected a string, integer or boolean")
+def _kafka(k: _Reader, t: _Reader, where: str, base: Path = Path(".")) -> KafkaSettings:
+    try:  # <secret>_file keys read here (docs/security.md); secrets kept as Secret (never printed)
+        security = security_options(k.get("security", dict, {}), base)
+    except ValueError as e:
+        raise ConfigError(f"{where}: kafka.security.{e}") from None
     servers = k.get("bootstrap_servers", (list, str), ["127.0.0.1:9092"])
     servers_t = (servers,) if isinstance(servers, str) else tuple(servers)
     if not servers_t or not all(isinstance(s, str) and ":" in s for s in servers_t):

@@ -8,9 +8,26 @@
 #   deploy/kafka/local.sh status   "running" (exit 0) or "stopped" (exit 3)
 #   deploy/kafka/local.sh clean    stop it and delete its data directory
 #
+#   KAFKA_SECURITY=sasl_ssl deploy/kafka/local.sh start
+#                                  the same broker, secured (docs/security.md): beside PLAINTEXT on KAFKA_PORT (an
+#                                  ANONYMOUS super user: the local admin's port, never for applications) a SASL_SSL
+#                                  listener on KAFKA_SASL_PORT (SCRAM-SHA-512, TLS from a CA made here), ACLs on
+#                                  (StandardAuthorizer, nothing allowed without an ACL). Users admin (super user),
+#                                  rankwatch and intruder (no ACLs) with random passwords, made when storage is
+#                                  formatted. Client files (ca.pem, <user>.password, client.properties,
+#                                  admin.properties, README) are written to deploy/kafka/run/<KAFKA_PORT>/client/.
+#   deploy/kafka/local.sh acls GROUP TOPIC [TOPIC...]
+#                                  secured broker: grant User:rankwatch (KAFKA_ACL_USER) what `rankwatch run` with
+#                                  group GROUP reading TOPICs needs: Read+Describe on each TOPIC, Read on group
+#                                  GROUP, Create+Describe+Read+Write on topics prefixed "GROUP." (its checkpoint
+#                                  and dead-letter topics), with Kafka's own AclCommand as admin over SASL_SSL
+#
 # Environment: KAFKA_PORT (client port, default 9092), KAFKA_CONTROLLER_PORT (default KAFKA_PORT + 1),
 # KAFKA_HEAP (default 512m), KAFKA_START_TIMEOUT (seconds, default 90), KAFKA_CLUSTER_ID (forces the id that
 # a first start formats storage with; default: a fresh one from Kafka's own generator).
+# KAFKA_SECURITY (plaintext or sasl_ssl; default: what the run folder was formatted with, else plaintext; a
+# formatted folder keeps its mode: `clean` first to change it), KAFKA_SASL_PORT (default KAFKA_PORT + 2),
+# KAFKA_ACL_USER (the user `acls` grants to, default rankwatch).
 # State lives in deploy/kafka/run/<KAFKA_PORT>/ (data/, broker.log, server.properties, broker.pid), so a
 # broker for tests on a free port never touches the one a developer runs on 9092.
 set -euo pipefail
@@ -25,6 +42,11 @@ PIDFILE="$RUN/broker.pid"
 LOG="$RUN/broker.log"
 HEAP="${KAFKA_HEAP:-512m}"
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
+SASL_PORT="${KAFKA_SASL_PORT:-$((PORT + 2))}"
+TLS="$RUN/tls"
+CLIENT="$RUN/client"
+USERS="admin rankwatch intruder"
+MECHANISM="SCRAM-SHA-512"
 
 die() { echo "local.sh: $*" >&2; exit 1; }
 
@@ -101,16 +123,24 @@ java_cmd() {
 
 write_config() {
   mkdir -p "$RUN/data"
+  local listeners="PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT"
+  local advertised="PLAINTEXT://127.0.0.1:$PORT"
+  local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  if [ "$MODE" = sasl_ssl ]; then
+    listeners="$listeners,SASL_SSL://127.0.0.1:$SASL_PORT"
+    advertised="$advertised,SASL_SSL://127.0.0.1:$SASL_PORT"
+    protocols="$protocols,SASL_SSL:SASL_SSL"
+  fi
   cat >"$RUN/server.properties" <<EOF
 # Written by deploy/kafka/local.sh; single node, KRaft combined mode, loopback only.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$RUN/data
 num.partitions=1
 # Topics are created on purpose (rankwatch simulate --create-topics, or the operator), never by a typo.
@@ -130,6 +160,22 @@ broker.session.timeout.ms=2500
 log.retention.hours=24
 log.cleaner.enable=true
 EOF
+  if [ "$MODE" = sasl_ssl ]; then
+    cat >>"$RUN/server.properties" <<EOF
+# Secured (KAFKA_SECURITY=sasl_ssl): applications connect to SASL_SSL (SCRAM-SHA-512 over TLS, users made when
+# storage was formatted). PLAINTEXT and CONTROLLER stay for the node itself and the local admin.
+sasl.enabled.mechanisms=$MECHANISM
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$TLS/broker-keystore.pem
+listener.name.sasl_ssl.ssl.client.auth=none
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+# Every PLAINTEXT connection is User:ANONYMOUS: the broker's requests to its own controller, inter-broker
+# traffic and the local admin on 127.0.0.1:$PORT. Without it the node cannot even register itself.
+super.users=User:admin;User:ANONYMOUS
+EOF
+  fi
   cat >"$RUN/log4j2.properties" <<EOF
 status = warn
 appender.file.type = File
@@ -146,6 +192,111 @@ logger.state.level = WARN
 EOF
 }
 
+security_mode() {
+  # Sets MODE. A formatted run folder keeps the mode it was formatted with ($RUN/security): storage without
+  # SCRAM users cannot serve a secured listener, and a secured broker must not quietly come back open.
+  local recorded="" requested
+  if [ -f "$RUN/data/meta.properties" ]; then
+    recorded="$(cat "$RUN/security" 2>/dev/null || echo plaintext)"
+  fi
+  requested="$(printf '%s' "${KAFKA_SECURITY:-}" | tr '[:upper:]' '[:lower:]')"
+  case "$requested" in
+    "") MODE="${recorded:-plaintext}" ;;
+    plaintext | sasl_ssl) MODE="$requested" ;;
+    *) die "KAFKA_SECURITY must be 'plaintext' or 'sasl_ssl', not '${KAFKA_SECURITY}'" ;;
+  esac
+  if [ -n "$recorded" ] && [ "$MODE" != "$recorded" ]; then
+    die "$RUN was formatted as $recorded; run 'deploy/kafka/local.sh clean' first to start it as $MODE"
+  fi
+}
+
+make_tls() {
+  # A CA and a broker certificate for 127.0.0.1 and localhost, made once per run folder (clients keep their
+  # ca.pem across restarts). The broker reads its key and chain from one PEM file (ssl.keystore.type=PEM).
+  [ -s "$TLS/broker-keystore.pem" ] && [ -s "$TLS/ca.pem" ] && return 0
+  command -v openssl >/dev/null 2>&1 || die "openssl not found: install it (Debian package 'openssl')"
+  rm -rf "$TLS"
+  mkdir -p "$TLS"
+  chmod 700 "$TLS"
+  (
+    cd "$TLS"
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 -keyout ca.key -out ca.pem \
+      -subj "/CN=rankwatch local Kafka CA (port $PORT)" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+    openssl req -newkey rsa:2048 -nodes -sha256 -keyout broker.key -out broker.csr -subj "/CN=localhost"
+    printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+      "extendedKeyUsage=serverAuth" "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+      "subjectKeyIdentifier=hash" "authorityKeyIdentifier=keyid,issuer" >broker.ext
+    openssl x509 -req -sha256 -days 825 -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+      -extfile broker.ext -out broker.crt
+    cat broker.key broker.crt ca.pem >broker-keystore.pem
+    chmod 600 ca.key broker.key broker-keystore.pem
+  ) >>"$LOG" 2>&1 || die "making the TLS CA and broker certificate failed (log: $LOG)"
+}
+
+new_passwords() {
+  # Random SCRAM passwords, one file per user (mode 600); made whenever storage is formatted.
+  mkdir -p "$CLIENT"
+  local user
+  for user in $USERS; do
+    (umask 077 && openssl rand -hex 16 >"$CLIENT/$user.password")
+  done
+}
+
+password() {
+  [ -s "$CLIENT/$1.password" ] || die "$CLIENT/$1.password is missing; 'deploy/kafka/local.sh clean' makes new users"
+  tr -d '\n' <"$CLIENT/$1.password"
+}
+
+write_client_files() {
+  # What a client needs, rewritten at every secured start (the SASL port may change; the passwords do not).
+  local boot="127.0.0.1:$SASL_PORT" admin_pw
+  admin_pw="$(password admin)"
+  mkdir -p "$CLIENT"
+  cp "$TLS/ca.pem" "$CLIENT/ca.pem"
+  cat >"$CLIENT/client.properties" <<EOF
+# The secured listener of the local broker (deploy/kafka/local.sh, docs/security.md), for Java clients.
+# Users: admin (super user), rankwatch (ACLs from 'local.sh acls'), intruder (no ACLs: for denial tests).
+# Passwords: $CLIENT/<user>.password
+bootstrap.servers=$boot
+security.protocol=SASL_SSL
+sasl.mechanism=$MECHANISM
+ssl.truststore.type=PEM
+ssl.truststore.location=$CLIENT/ca.pem
+# sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="rankwatch" password="<rankwatch.password>";
+EOF
+  (umask 077 && cat >"$CLIENT/admin.properties" <<EOF
+# The admin super user over SASL_SSL, e.g. for Kafka's tools: kafka-acls.sh --command-config admin.properties
+bootstrap.servers=$boot
+security.protocol=SASL_SSL
+sasl.mechanism=$MECHANISM
+ssl.truststore.type=PEM
+ssl.truststore.location=$CLIENT/ca.pem
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$admin_pw";
+EOF
+  )
+  cat >"$CLIENT/README" <<EOF
+Local secured Kafka broker (deploy/kafka/local.sh, KAFKA_SECURITY=sasl_ssl); see docs/security.md.
+
+SASL_SSL bootstrap: $boot   (applications)
+PLAINTEXT:          127.0.0.1:$PORT   (User:ANONYMOUS, a super user: the local admin only)
+SASL mechanism:     $MECHANISM
+TLS CA (PEM):       $CLIENT/ca.pem   (kafka-python: ssl_cafile; the certificate names 127.0.0.1 and localhost)
+Users:              admin (super user), rankwatch (grant with 'local.sh acls GROUP TOPIC...'), intruder (no ACLs)
+Passwords:          $CLIENT/admin.password, $CLIENT/rankwatch.password, $CLIENT/intruder.password
+Java tools:         client.properties (no password), admin.properties (as admin, for --command-config)
+
+kafka-python:
+  KafkaConsumer(bootstrap_servers="$boot", security_protocol="SASL_SSL", sasl_mechanism="$MECHANISM",
+                sasl_plain_username="rankwatch", sasl_plain_password=<rankwatch.password>,
+                ssl_cafile="$CLIENT/ca.pem")
+EOF
+}
+
+sasl_port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$SASL_PORT") 2>/dev/null
+}
+
 start() {
   local pid
   if pid="$(running_pid)"; then
@@ -160,15 +311,27 @@ start() {
     || die "no Kafka jars in deploy/kafka/lib: run 'deploy/kafka/local.sh fetch' first"
   if [ -z "$pid" ]; then
     write_config
+    [ "$MODE" = sasl_ssl ] && make_tls
     if [ ! -f "$RUN/data/meta.properties" ]; then
       # KRaft storage is formatted once with a fresh cluster id; a restart keeps the data.
       local cluster_id
       cluster_id="$(new_cluster_id)"
       [ -n "$cluster_id" ] || { tail -20 "$LOG" >&2; die "could not make a KRaft cluster id (log: $LOG)"; }
+      # Secured: the SCRAM users go into the first metadata records (no broker is needed to create them).
+      local scram=() user
+      if [ "$MODE" = sasl_ssl ]; then
+        new_passwords
+        for user in $USERS; do
+          scram+=(--add-scram "$MECHANISM=[name=$user,password=$(password "$user")]")
+        done
+      fi
       # --cluster-id=ID in one word: an id starting with '-' is then never read as an option.
-      java_cmd kafka.tools.StorageTool format --cluster-id="$cluster_id" -c "$RUN/server.properties" >>"$LOG" 2>&1 \
+      java_cmd kafka.tools.StorageTool format --cluster-id="$cluster_id" -c "$RUN/server.properties" \
+        "${scram[@]}" >>"$LOG" 2>&1 \
         || { tail -20 "$LOG" >&2; die "formatting KRaft storage failed (log: $LOG)"; }
+      echo "$MODE" >"$RUN/security"
     fi
+    [ "$MODE" = sasl_ssl ] && write_client_files
     # setsid: the broker outlives the shell (and a test's process group) that started it. The inner shell
     # writes its own pid and then becomes the JVM (exec), so the pid file names the broker itself.
     rm -f "$PIDFILE"
@@ -181,7 +344,7 @@ start() {
     pid="$(cat "$PIDFILE")"
   fi
   local waited=0
-  until accepts_clients; do
+  until accepts_clients && { [ "$MODE" != sasl_ssl ] || sasl_port_open; }; do
     if ! kill -0 "$pid" 2>/dev/null; then
       tail -20 "$LOG" >&2
       die "the broker exited during start-up (log: $LOG, $RUN/server.log)"
@@ -193,6 +356,10 @@ start() {
     waited=$((waited + 1))
   done
   echo "kafka: running on 127.0.0.1:$PORT (pid $pid, logs in $RUN)"
+  if [ "$MODE" = sasl_ssl ]; then
+    echo "kafka: SASL_SSL on 127.0.0.1:$SASL_PORT ($MECHANISM; users admin, rankwatch, intruder); CA, passwords" \
+      "and client.properties in $CLIENT (see its README)"
+  fi
 }
 
 stop() {
@@ -221,17 +388,45 @@ status() {
   local pid
   if pid="$(running_pid)"; then
     echo "kafka: running on 127.0.0.1:$PORT (pid $pid)"
+    if [ "$(cat "$RUN/security" 2>/dev/null)" = sasl_ssl ] && [ -f "$CLIENT/admin.properties" ]; then
+      echo "kafka: secured, SASL_SSL on $(sed -n 's/^bootstrap.servers=//p' "$CLIENT/admin.properties") (client files in $CLIENT)"
+    fi
     return 0
   fi
   echo "kafka: stopped (127.0.0.1:$PORT)"
   return 3
 }
 
+acls() {
+  # Kafka's own AclCommand (kafka-acls.sh; in kafka-tools since Kafka 4) as admin over SASL_SSL: the same
+  # commands docs/security.md gives for a real cluster.
+  [ "$#" -ge 2 ] || { echo "usage: $0 acls GROUP TOPIC [TOPIC...]" >&2; exit 2; }
+  [ "$(cat "$RUN/security" 2>/dev/null)" = sasl_ssl ] \
+    || die "acls: the broker of $RUN is not secured (start it with KAFKA_SECURITY=sasl_ssl)"
+  running_pid >/dev/null || die "acls: no broker running on 127.0.0.1:$PORT"
+  [ -s "$CLIENT/admin.properties" ] || die "acls: $CLIENT/admin.properties is missing (start the broker again)"
+  local group="$1"; shift
+  local principal="User:${KAFKA_ACL_USER:-rankwatch}" topic topics=()
+  for topic in "$@"; do topics+=(--topic "$topic"); done
+  local conn=(--bootstrap-server "$(sed -n 's/^bootstrap.servers=//p' "$CLIENT/admin.properties")"
+              --command-config "$CLIENT/admin.properties")
+  acl_tool "${conn[@]}" --add --allow-principal "$principal" --operation Read --operation Describe "${topics[@]}"
+  acl_tool "${conn[@]}" --add --allow-principal "$principal" --operation Read --group "$group"
+  acl_tool "${conn[@]}" --add --allow-principal "$principal" --operation Create --operation Describe \
+    --operation Read --operation Write --resource-pattern-type prefixed --topic "$group."
+  acl_tool "${conn[@]}" --list --principal "$principal"
+}
+
+acl_tool() {
+  java_cmd org.apache.kafka.tools.AclCommand "$@" 2>>"$LOG" || die "kafka-acls failed (log: $LOG)"
+}
+
 case "${1:-}" in
   fetch) fetch ;;
-  start) start ;;
+  start) security_mode; start ;;
   stop) stop ;;
   status) status ;;
   clean) stop; rm -rf "$RUN"; echo "kafka: removed $RUN" ;;
-  *) echo "usage: $0 fetch|start|stop|status|clean" >&2; exit 2 ;;
+  acls) shift; acls "$@" ;;
+  *) echo "usage: $0 fetch|start|stop|status|clean|acls GROUP TOPIC..." >&2; exit 2 ;;
 esac

@@ -26,6 +26,18 @@ from rankwatch.commands.exporter_feed import ExporterFeed
 from rankwatch.errors import RankwatchError
 
 
+def web_config(ex: Any) -> Any:
+    """The exporter's :class:`exporters.http.WebConfig`: ``[exporter] web_config_file`` (exporter-toolkit
+    format), else the older ``tls_*``/``basic_auth_*`` keys mapped onto it."""
+    from rankwatch.exporters.http import BasicAuth, TLSConfig, WebConfig, load_web_config
+
+    if ex.web_config_file is not None:
+        return load_web_config(str(ex.web_config_file))
+    tls = TLSConfig(str(ex.tls_certfile), str(ex.tls_keyfile)) if ex.tls_certfile and ex.tls_keyfile else None
+    auth = BasicAuth.from_file(ex.basic_auth_user, str(ex.basic_auth_password_file)) if ex.basic_auth_password_file else None
+    return WebConfig(tls=tls, auth=auth)
+
+
 def window_sink(*targets: Callable[[Any], object]) -> Callable[[Any], None]:
     """The ``on_window`` hook: hand each published window to every target (writer, exporter, ...)."""
 
@@ -74,7 +86,6 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
 
     from rankwatch.config import load_config
     from rankwatch.consumers.service import ConsumerService, ServiceHealth
-    from rankwatch.consumers.topics import TopicError
     from rankwatch.consumers.windows_out import WindowsOutWriter
 
     # Signals first: a SIGTERM during start-up must also end in a clean exit, not a default death.
@@ -86,6 +97,9 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     # kafka-python logs every failed reconnect and request; an outage is reported once by the service
     # (consumers/outage.py), so only its errors above that are shown, unless debugging.
     logging.getLogger("kafka").setLevel(logging.CRITICAL if log_level != "debug" else logging.DEBUG)
+    from rankwatch.consumers.connect import hide_sasl_in_logs
+
+    hide_sasl_in_logs()  # kafka-python's debug lines print SASL requests (a PLAIN one carries the password)
     # Checkpointing in the rebalance listener takes longer than kafka-python's 0.1 s "blocking" threshold
     # on purpose (the state must be saved before the pairs are given up); that warning is noise here.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
@@ -107,7 +121,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     if cfg.exporter.enabled:
         from rankwatch.exporters.baselines import BaselineWatcher
         from rankwatch.exporters.collector import build_registry
-        from rankwatch.exporters.http import BasicAuth, MetricsServer, TLSConfig
+        from rankwatch.exporters.http import MetricsServer
         from rankwatch.exporters.scheduling import ExporterScheduler
         from rankwatch.exporters.state import MetricsState
 
@@ -130,27 +144,17 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
     if state is not None:  # before Kafka: a taken port fails fast, and /healthz answers during start-up
         try:
             ex = cfg.exporter
-            tls = TLSConfig(str(ex.tls_certfile), str(ex.tls_keyfile)) if ex.tls_certfile and ex.tls_keyfile else None
-            auth = (BasicAuth.from_file(ex.basic_auth_user, str(ex.basic_auth_password_file))
-                    if ex.basic_auth_password_file else None)
+            web = web_config(ex)
+            tls, auth = web.tls, web.auth
             registry = build_registry(state)
             if experiments is not None:
                 registry.register(experiments)
             server = MetricsServer(registry, bind=ex.host, port=ex.port, tls=tls, auth=auth,
                                    ready=service.ready).start()
         except (OSError, ValueError) as e:
-            raise RankwatchError(f"exporter cannot listen on {cfg.exporter.host}:{cfg.exporter.port}: {e}") from None
+            raise RankwatchError(f"exporter cannot listen on {cfg.exporter.host}:{cfg.exporter.port}: "
+                                 f"{' '.join(str(e).split())}") from None
         logging.getLogger("rankwatch").info("serving metrics on %s/metrics", server.url)
-    try:
-        service.start()
-    except TopicError:
-        if server is not None:
-            server.stop()
-        raise
-    except Exception as e:  # noqa: BLE001 - an unreachable broker, bad credentials: one line
-        if server is not None:
-            server.stop()
-        raise RankwatchError(f"cannot start consuming from {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
 
     def backstop() -> None:
         # Reached only if closing hangs past the service's own bound (shutdown_timeout): the state is safe
@@ -167,10 +171,22 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             timer.start()
         service.stop()
 
+    # From here a signal stops the service, also while start() waits for Kafka (every wait there is bounded
+    # and abandoned on stop, consumers/connect.py).
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if stop_requested:
         on_signal(stop_requested[0], None)
+    try:
+        service.start()
+    except RankwatchError:  # bad topics, authentication, TLS, authorization: already one line
+        if server is not None:
+            server.stop()
+        raise
+    except Exception as e:  # noqa: BLE001 - anything else from Kafka: one line
+        if server is not None:
+            server.stop()
+        raise RankwatchError(f"cannot start consuming from {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
     if scheduler is not None:
         scheduler.start()
     # Everything built so far (modules, clients, config) lives as long as the process: keep it out of the

@@ -45,9 +45,11 @@ def _rate(ctx: click.Context, param: click.Parameter, value: float) -> float:
 
 
 @click.command("simulate")
-@click.option("--bootstrap-servers", default="127.0.0.1:9092", show_default=True, help="Comma-separated host:port.")
-@click.option("--impressions-topic", default="impressions", show_default=True)
-@click.option("--clicks-topic", default="clicks", show_default=True)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="TOML config of rankwatch run: its [kafka] (with [kafka.security]) and [topics] tables are used.")
+@click.option("--bootstrap-servers", default=None, help="Comma-separated host:port [default: the config's, else 127.0.0.1:9092].")
+@click.option("--impressions-topic", default=None, help="[default: the config's, else impressions]")
+@click.option("--clicks-topic", default=None, help="[default: the config's, else clicks]")
 @click.option("--rate", type=click.FloatRange(min=0.001), default=20.0, show_default=True, help="Requests per second.")
 @click.option("--duration", default="10m", show_default=True, callback=_duration_s,
               help="Traffic length: seconds or a duration (30s, 10m, 1h).")
@@ -86,7 +88,7 @@ def _rate(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--broken-split", type=click.FloatRange(min=0, max=0.99), default=None,
               help="Share of the treatment arm's requests lost before logging (a sample-ratio mismatch).")
 def command(
-    bootstrap_servers: str, impressions_topic: str, clicks_topic: str, rate: float, duration: float, seed: int,
+    config_path: Path | None, bootstrap_servers: str | None, impressions_topic: str | None, clicks_topic: str | None, rate: float, duration: float, seed: int,
     fast: bool, start_text: str | None, items_per_request: int, regression_segment: str | None,
     regression_from: float, regression_drop: float, malformed_rate: float, duplicate_rate: float,
     out_of_order: float, attribution_window: float, ground_truth: Path | None, events_out: Path | None,
@@ -125,10 +127,22 @@ def command(
         attribution_window_ms=int(attribution_window * 1000),
         experiment=experiment_traffic(experiment_effects, experiment_users, user_effect_sd, broken_split),
     )
-    client = {"bootstrap_servers": [s.strip() for s in bootstrap_servers.split(",") if s.strip()],
-              "bootstrap_timeout_ms": 5000}
-    topics = {"impressions": impressions_topic, "clicks": clicks_topic}
+    from rankwatch.consumers.connect import check_connection, fatal
+    from rankwatch.consumers.settings import KafkaSettings
+
+    if config_path is not None:
+        from rankwatch.config import load_config
+
+        kafka = load_config(config_path).kafka  # the same client options (and secrets) as rankwatch run
+    else:
+        kafka = KafkaSettings(session_timeout_s=5.0)
+    client = kafka.client_kwargs()
+    if bootstrap_servers is not None:
+        client["bootstrap_servers"] = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
+    bootstrap_servers = ",".join(client["bootstrap_servers"])
+    topics = {"impressions": impressions_topic or kafka.impressions_topic, "clicks": clicks_topic or kafka.clicks_topic}
     try:
+        check_connection(client, 10.0)  # a wrong password or an untrusted CA: one line naming it
         if create_topics:
             for topic in topics.values():
                 ensure_topic(client, topic, partitions=partitions)
@@ -137,6 +151,9 @@ def command(
     except RankwatchError:
         raise
     except Exception as e:  # noqa: BLE001 - unreachable broker and the like: one line
+        named = fatal(e, client)
+        if isinstance(named, RankwatchError):
+            raise named from None
         raise RankwatchError(f"cannot reach Kafka at {bootstrap_servers}: {e}") from None
     for topic, n in counts.items():
         if n == 0:
