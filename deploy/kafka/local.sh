@@ -281,15 +281,11 @@ Local secured Kafka broker (deploy/kafka/local.sh, KAFKA_SECURITY=sasl_ssl); see
 SASL_SSL bootstrap: $boot   (applications)
 PLAINTEXT:          127.0.0.1:$PORT   (User:ANONYMOUS, a super user: the local admin only)
 SASL mechanism:     $MECHANISM
-TLS CA (PEM):       $CLIENT/ca.pem   (kafka-python: ssl_cafile; the certificate names 127.0.0.1 and localhost)
+TLS CA (PEM):       $CLIENT/ca.pem   (ssl_cafile; the broker certificate names 127.0.0.1 and localhost)
 Users:              admin (super user), rankwatch (grant with 'local.sh acls GROUP TOPIC...'), intruder (no ACLs)
 Passwords:          $CLIENT/admin.password, $CLIENT/rankwatch.password, $CLIENT/intruder.password
 Java tools:         client.properties (no password), admin.properties (as admin, for --command-config)
-
-kafka-python:
-  KafkaConsumer(bootstrap_servers="$boot", security_protocol="SASL_SSL", sasl_mechanism="$MECHANISM",
-                sasl_plain_username="rankwatch", sasl_plain_password=<rankwatch.password>,
-                ssl_cafile="$CLIENT/ca.pem")
+Client examples:    docs/security.md
 EOF
 }
 
