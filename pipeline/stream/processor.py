@@ -242,6 +242,18 @@ class StreamProcessor:
         return self._experiments.data(name)
 
     # -- internals -------------------------------------------------------------------------------------
+    def reject(self, stream: str, raw: bytes, reason: RejectReason | str, detail: str,
+               source: SourceRef | None = None) -> None:
+        """Count and dead-letter an event found bad before the core saw it, exactly like the core's own
+        rejections (``stream`` is ``"impressions"`` or ``"clicks"``; ``raw`` the bytes as received).
+
+        Used where a team's events are translated first (:mod:`pipeline.events.mapping`): an event that
+        cannot be decoded or mapped is bad input like any other, with its original bytes kept.
+        """
+        if stream not in STREAMS:
+            raise ValueError(f"unknown stream {stream!r}")
+        self._reject(stream, raw, Rejection(RejectReason(reason), detail), source)
+
     def _reject(self, stream: str, raw: bytes, rejection: Rejection, source: SourceRef | None) -> None:
         (self._imp if stream == "impressions" else self._clk)["rejected"] += 1
         key = (stream, str(rejection.reason))
