@@ -50,6 +50,8 @@ def json_decoder(max_event_bytes: int) -> Decoder:
                     raw.decode("utf-8")
                 except UnicodeDecodeError as u:
                     return Rejection(RejectReason.invalid_utf8, f"invalid UTF-8 at byte {u.start}")
+            if "Number out of range" in msg:  # a float beyond double range, such as 1e999 (as section 1 names it)
+                return Rejection(RejectReason.non_finite_score, msg)
             return Rejection(RejectReason.invalid_utf8 if "UTF-8" in msg else RejectReason.invalid_json, msg)
         except RecursionError:
             return Rejection(RejectReason.too_deep, "JSON nested too deeply")

@@ -30,15 +30,17 @@ class OriginalBytes:
     """A dead-letter sink that swaps a translated event's bytes for the message it came from.
 
     ``originals`` maps ``id(translated bytes)`` to the original bytes; the translated objects stay alive
-    (in the batch's list) while the core runs, so their ids cannot be reused meanwhile.
+    (in the batch's list) while the core runs, so their ids cannot be reused meanwhile. Per-record callers
+    set ``current`` to the message around each call instead (and back to None after).
     """
 
     def __init__(self, sink: DeadLetterSink) -> None:
         self.sink = sink
         self.originals: dict[int, bytes] = {}
+        self.current: bytes | None = None  # per-record use: the message of the event being processed
 
     def send(self, letter: DeadLetter) -> None:
-        original = self.originals.get(id(letter.raw))
+        original = self.current if self.current is not None else self.originals.get(id(letter.raw))
         if original is not None:
             detail = f"{letter.detail}; mapped to {letter.raw[:300].decode('utf-8', 'replace')}"
             letter = DeadLetter(letter.stream, original, letter.reason, detail, letter.source)

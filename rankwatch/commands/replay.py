@@ -44,25 +44,30 @@ def _csv(values: tuple[str, ...]) -> list[str]:
 @click.option("--by", "by", multiple=True, metavar="LABELS",
               help="Slice labels, from segment, surface, variant, model (default: segment,surface).")
 @click.option("--k", "ks", multiple=True, metavar="K", help="NDCG@k and MAP@k cut-offs, e.g. 5,10 (default: NDCG@5,10, MAP@10).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="Read the events in the schema of this config's [events.*] tables (docs/mapping.md).")
 def command(
     impression_files: tuple[str, ...], click_files: tuple[str, ...], fmt: str, windows_out: str | None,
     dead_letter: str | None, windows: tuple[str, ...], attribution_window: str, allowed_disorder: str,
-    by: tuple[str, ...], ks: tuple[str, ...],
+    by: tuple[str, ...], ks: tuple[str, ...], config_file: str | None,
 ) -> None:
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.pipeline.clock import ManualClock
     from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
     from rankwatch.pipeline.events.records import SourceRef
+    from rankwatch.pipeline.stream.mapped import OriginalBytes
     from rankwatch.pipeline.stream.processor import StreamProcessor
 
     config = _config(windows, attribution_window, allowed_disorder, by, ks)
+    translator = events_translator(config_file, config.max_event_bytes)
     imp_paths = [_existing(p) for p in _csv(impression_files)]
     clk_paths = [_existing(p) for p in _csv(click_files)]
     if not imp_paths:
         raise ConfigError("replay needs at least one --impressions FILE")
     sink = JsonlDeadLetterSink(dead_letter) if dead_letter else None
     clock = ManualClock()
-    proc = StreamProcessor(config, clock=clock, dead_letters=sink)
+    proc = StreamProcessor(config, clock=clock,
+                           dead_letters=OriginalBytes(sink) if sink is not None and translator is not None else sink)
     out_file: IO[str] | None = open(windows_out, "a", encoding="utf-8") if windows_out else None  # noqa: SIM115
     published: list[Any] = []
 
@@ -76,7 +81,7 @@ def command(
     total = sum(r.size for r in readers)
     try:
         with _progress(total, lambda: sum(r.position() for r in readers)) as advance:
-            for stream, raw, ref in _merged(readers, proc, emit, SourceRef):
+            for stream, raw, ref in _merged(readers, proc, emit, SourceRef, translator):
                 fn = proc.process_impression if stream == "impressions" else proc.process_feedback
                 emit(fn(raw, source=ref))
                 advance()
@@ -154,23 +159,62 @@ class _LineReader:
         self._raw.close()
 
 
-def _merged(readers: list[_LineReader], proc: Any, emit: Any, source_ref: Any) -> Iterator[tuple[str, bytes, Any]]:
-    """Lines of all readers in ts order; lines without a readable ts go to the processor straight away."""
-    from rankwatch.pipeline.events.validation import sniff_ts_ms
+def events_translator(config_file: str | None, max_event_bytes: int) -> Any:
+    """The translator of ``--config FILE``'s ``[events.*]`` tables; None without the option or for a config
+    that maps nothing (section 1 lines read unchanged)."""
+    if config_file is None:
+        return None
+    from rankwatch.config import load_events
+    from rankwatch.pipeline.events.translate import translator_for
 
-    def keyed(index: int, reader: _LineReader) -> Iterator[tuple[int, int, int, int, str, bytes, Any]]:
-        order = STREAM_ORDER[reader.stream]
+    return translator_for(load_events(config_file), max_event_bytes=max_event_bytes)
+
+
+def _merged(readers: list[_LineReader], proc: Any, emit: Any, source_ref: Any,
+            translator: Any = None) -> Iterator[tuple[str, bytes, Any]]:
+    """Lines of all readers in ts order; lines without a readable ts go to the processor straight away.
+
+    With a ``translator`` (``--config``) each line is first translated to its section 1 events
+    (:meth:`Translator.translate_line`); a line that cannot be read is rejected at once with its own bytes.
+    """
+    from rankwatch.pipeline.events.validation import Rejection, sniff_ts_ms
+
+    sink = proc.dead_letters if translator is not None else None  # an OriginalBytes: letters keep the line
+
+    def lines(reader: _LineReader, index: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+        if translator is None:
+            for number, line in reader.lines():
+                yield number, line, None
+            return
         for number, line in reader.lines():
+            native = translator.translate_line(reader.stream, line)
+            if type(native) is Rejection:
+                proc.reject(reader.stream, line, native.reason, native.detail, source_ref(str(reader.path), index, number))
+                continue
+            for value in native:
+                yield number, value, line
+
+    def keyed(index: int, reader: _LineReader) -> Iterator[tuple[int, int, int, int, str, bytes, Any, bytes | None]]:
+        order = STREAM_ORDER[reader.stream]
+        for number, line, original in lines(reader, index):
             ref = source_ref(str(reader.path), index, number)
             ts = sniff_ts_ms(line)
             if ts is None:
                 fn = proc.process_impression if reader.stream == "impressions" else proc.process_feedback
+                if sink is not None:
+                    sink.current = original
                 emit(fn(line, source=ref))  # rejected with its reason
+                if sink is not None:
+                    sink.current = None
                 continue
-            yield ts, order, index, number, reader.stream, line, ref
+            yield ts, order, index, number, reader.stream, line, ref, original
 
-    for _ts, _o, _i, _n, stream, line, ref in heapq.merge(*(keyed(i, r) for i, r in enumerate(readers))):
+    for _ts, _o, _i, _n, stream, line, ref, original in heapq.merge(*(keyed(i, r) for i, r in enumerate(readers))):
+        if sink is not None:
+            sink.current = original
         yield stream, line, ref
+        if sink is not None:
+            sink.current = None
 
 
 class _progress:
