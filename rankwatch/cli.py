@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "simulate": "simulate",
     "demo": "demo",
     "ab": "ab",
+    "inspect": "inspect",
 }
 
 
