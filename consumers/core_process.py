@@ -49,6 +49,8 @@ from typing import Any
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.errors import RankwatchError
 from rankwatch.pipeline.events.deadletter import DeadLetterSink, ListDeadLetterSink
+from rankwatch.pipeline.events.mapping import EventMapping
+from rankwatch.pipeline.events.translate import translator_for
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor, StreamStats
 
@@ -141,7 +143,9 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    config: StreamConfig = pickle.loads(config_bytes)
+    config: StreamConfig
+    config, events = pickle.loads(config_bytes)
+    translator = None if events is None else translator_for(events, max_event_bytes=config.max_event_bytes)
     clock, dead = _SentClock(), ListDeadLetterSink()
     processors: dict[int, StreamProcessor] = {}
     out = _Answers(answers)
@@ -170,9 +174,11 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
             elif op == "stats":
                 processors[handle]  # noqa: B018 - an unknown handle fails as in any request; the stats ride below
             elif op == "new":
-                processors[handle] = StreamProcessor(config, clock=clock, dead_letters=dead, partitions=payload)
+                processors[handle] = StreamProcessor(config, clock=clock, dead_letters=dead, partitions=payload,
+                                                     translator=translator)
             elif op == "restore":
-                processors[handle] = StreamProcessor.restore(payload, config=config, clock=clock, dead_letters=dead)
+                processors[handle] = StreamProcessor.restore(payload, config=config, clock=clock, dead_letters=dead,
+                                                             translator=translator)
             elif op == "drop":
                 for h in payload:
                     processors.pop(h, None)
@@ -221,11 +227,15 @@ class CoreProcess:
         Called with the windows each answer carries, in order.
     max_in_flight
         Unanswered batches before a new one waits for the oldest answer.
+    events
+        The team's event schema (``[events.*]``, issue 22): the worker translates the values it is sent,
+        so the translation runs on the core's CPU; None or the identity mapping: section 1 events.
     """
 
     def __init__(self, config: StreamConfig, *, clock: Clock, publish: Callable[[list[PublishedWindow]], None],
-                 max_in_flight: int = 4) -> None:
+                 max_in_flight: int = 4, events: EventMapping | None = None) -> None:
         self.config = config
+        self.events = None if events is None or events.identity else events
         self.clock = clock
         self.publish = publish
         self.dead_letters: DeadLetterSink | None = None  # set by the owner once its producer is open
@@ -356,7 +366,7 @@ class CoreProcess:
         ans_read, ans_write = ctx.Pipe(duplex=False)
         for end in (req_write, ans_write):
             _widen(end)
-        self._process = ctx.Process(target=_serve, args=(req_read, ans_write, _dumps(self.config)),
+        self._process = ctx.Process(target=_serve, args=(req_read, ans_write, _dumps((self.config, self.events))),
                                     name="rankwatch-core", daemon=True)
         self._process.start()
         req_read.close()
@@ -422,16 +432,19 @@ class RemoteProcessor:
 class InProcessCores:
     """The factory of processors in the consuming process (``[kafka] core_process = false``)."""
 
-    def __init__(self, config: StreamConfig, *, clock: Clock) -> None:
+    def __init__(self, config: StreamConfig, *, clock: Clock, events: EventMapping | None = None) -> None:
         self.config = config
         self.clock = clock
         self.dead_letters: DeadLetterSink | None = None
+        self.translator = None if events is None else translator_for(events, max_event_bytes=config.max_event_bytes)
 
     def new(self, partitions: tuple[int, ...]) -> StreamProcessor:
-        return StreamProcessor(self.config, clock=self.clock, dead_letters=self.dead_letters, partitions=partitions)
+        return StreamProcessor(self.config, clock=self.clock, dead_letters=self.dead_letters, partitions=partitions,
+                               translator=self.translator)
 
     def restore(self, snapshot: bytes) -> StreamProcessor:
-        return StreamProcessor.restore(snapshot, config=self.config, clock=self.clock, dead_letters=self.dead_letters)
+        return StreamProcessor.restore(snapshot, config=self.config, clock=self.clock, dead_letters=self.dead_letters,
+                                       translator=self.translator)
 
     def drain(self) -> None:
         """Nothing is ever waiting: windows are returned by the calls themselves."""

@@ -59,6 +59,7 @@ from rankwatch.consumers.stats import ServiceHealth, consumer_lag, merge_stats
 from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, TopicError, check_copartitioned, ensure_topic
 from rankwatch.consumers.watchdog import Watchdog
 from rankwatch.pipeline.clock import Clock
+from rankwatch.pipeline.events.mapping import EventMapping
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.processor import StreamConfig
 
@@ -94,6 +95,7 @@ class ConsumerService:
         on_window: Callable[[PublishedWindow], None],
         clock: Clock,
         on_health: Callable[[ServiceHealth], None] | None = None,
+        events: EventMapping | None = None,
     ) -> None:
         self.kafka = kafka
         self.stream = stream
@@ -118,8 +120,8 @@ class ConsumerService:
         self.committer = Committer(self)
         # Where the pairs' processors live: a second process (windows come back through _publish) or here.
         self._cores: CoreProcess | InProcessCores = (
-            CoreProcess(stream, clock=clock, publish=self._publish) if kafka.core_process
-            else InProcessCores(stream, clock=clock))
+            CoreProcess(stream, clock=clock, publish=self._publish, events=events) if kafka.core_process
+            else InProcessCores(stream, clock=clock, events=events))
         self._watchdog = Watchdog(self)
         self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
         self._fatal = False  # the loop ended with a FatalKafkaError: no final feed nor checkpoint

@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "demo",
     "ab": "ab",
     "transfer": "transfer",
+    "inspect": "inspect",
 }
 
 

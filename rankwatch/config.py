@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from rankwatch.consumers.settings import KafkaSettings, security_options
 from rankwatch.errors import ConfigError
+from rankwatch.pipeline.events.mapping import IDENTITY, EventMapping
 from rankwatch.pipeline.events.validation import DEFAULT_ACTION_GRADES
 from rankwatch.pipeline.experiments.spec import ExperimentSpec, experiment_from_dict
 from rankwatch.pipeline.metrics.options import MetricOptions
@@ -47,6 +48,8 @@ SCHEMA: dict[str, frozenset[str] | None] = {
          "web_config_file"}
     ),
     "baselines": frozenset({"files", "directory", "reload_interval"}),
+    "events": None,  # [events.impressions] / [events.clicks]: checked by pipeline.events.mapping
+    "schema_registry": frozenset({"url", "basic_auth_user", "basic_auth_password_file", "timeout"}),
 }
 
 
@@ -63,6 +66,16 @@ class ExporterSettings:
 
 
 @dataclass(frozen=True)
+class SchemaRegistrySettings:
+    """``[schema_registry]``: a Confluent-compatible REST API (read by the Avro / Protobuf decoders)."""
+
+    url: str = ""
+    basic_auth_user: str = ""
+    basic_auth_password_file: Path | None = None
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything ``rankwatch run`` needs, read from one TOML file."""
 
@@ -74,6 +87,9 @@ class RunConfig:
     baseline_reload_ms: int = 10_000
     source: Path | None = field(default=None, compare=False)
     experiments: tuple[ExperimentSpec, ...] = ()  # [[experiments]] (docs/experiments.md)
+    events: EventMapping = IDENTITY  # [events.impressions] / [events.clicks] (docs/mapping.md)
+    schema_registry: SchemaRegistrySettings | None = None  # [schema_registry], when given
+    timestamps: str = "record"  # [kafka] timestamps: order the topics by record or event time
 
 
 class _Reader:
@@ -167,9 +183,36 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
         if not d.is_dir():
             raise bl.fail("directory", f"not a directory: {d}")
         files += sorted(d.glob("*.json"))
+    timestamps = r["kafka"].get("timestamps", str, "record")
+    if timestamps not in ("record", "event"):
+        raise r["kafka"].fail("timestamps", f"must be 'record' or 'event', got {timestamps!r}")
     return RunConfig(kafka=kafka, stream=stream, exporter=exporter,
                      windows_out=(base / out) if out else None, baselines=tuple(files),
-                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments)
+                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments,
+                     events=EventMapping.from_tables(raw.get("events"), where=where),
+                     schema_registry=_registry(r["schema_registry"], base) if "schema_registry" in raw else None,
+                     timestamps=timestamps)
+
+
+def _registry(sr: _Reader, base: Path) -> SchemaRegistrySettings:
+    url = sr.get("url", str, "")
+    if not url.startswith(("http://", "https://")):
+        raise sr.fail("url", f"expected an http(s) URL, got {url!r}")
+    user, password = sr.get("basic_auth_user", str, ""), sr.get("basic_auth_password_file", str, "")
+    password_file = base / password if password else None
+    if password_file is not None and not password_file.is_file():
+        raise sr.fail("basic_auth_password_file", f"no such file: {password_file}")
+    if bool(user) != (password_file is not None):
+        raise sr.fail("basic_auth_password_file" if user else "basic_auth_user",
+                      "basic auth needs both basic_auth_user and basic_auth_password_file")
+    return SchemaRegistrySettings(url=url.rstrip("/"), basic_auth_user=user, basic_auth_password_file=password_file,
+                                  timeout_s=sr.duration_ms("timeout", 10_000) / 1000)
+
+
+def load_events(path: str | Path) -> EventMapping:
+    """Only the ``[events]`` tables of a config file (replay, ab, inspect): the other tables are checked
+    as ``rankwatch run`` checks them, so one file serves every command."""
+    return load_config(path).events
 
 
 def experiments_from_toml(value: Any, *, where: str = "config") -> tuple[ExperimentSpec, ...]:

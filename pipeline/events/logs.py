@@ -20,7 +20,7 @@ Why: a Python key per event and one core call per event cost more than the core'
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO
@@ -33,6 +33,7 @@ from rankwatch.pipeline.events.records import SourceRef
 from rankwatch.pipeline.events.validation import MAX_TS_MS, _ts_ms, _WireTs, sniff_ts_ms
 
 CHUNK_BYTES = 1 << 22
+TimesOf = Callable[[str, list[bytes]], np.ndarray]
 STREAM_ORDER = {"impressions": 0, "clicks": 1}
 NO_TS = np.iinfo(np.int64).min
 
@@ -139,8 +140,9 @@ class LogFile:
 class _Buffered:
     """A file's lines read but not yet emitted, with their merge keys (running maxima of ``ts``)."""
 
-    def __init__(self, log: LogFile) -> None:
+    def __init__(self, log: LogFile, ts_of: TimesOf | None) -> None:
         self.log = log
+        self.ts_of = ts_of
         self.lines: list[bytes] = []
         self.numbers = np.zeros(0, dtype=np.int64)
         self.keys = np.zeros(0, dtype=np.int64)
@@ -150,7 +152,8 @@ class _Buffered:
         lines, numbers = self.log.read_chunk()
         if not lines:
             return
-        keys = np.maximum.accumulate(np.maximum(sniff_many(lines), self.running_max))
+        ts = sniff_many(lines) if self.ts_of is None else self.ts_of(self.log.stream, lines)
+        keys = np.maximum.accumulate(np.maximum(ts, self.running_max))
         self.running_max = int(keys[-1])
         self.lines, self.numbers, self.keys = lines, numbers, keys
 
@@ -168,12 +171,14 @@ class EventLogMerge:
     """Batches of the files' lines in merge order (module docstring), for ``StreamProcessor.process_batch``.
 
     ``files`` are ``(path, stream)`` pairs; a file's index in the merge (its tie-break after ``stream``) is
-    its place in the list, impressions listed before clicks.
+    its place in the list, impressions listed before clicks. ``ts_of(stream, lines)`` gives the lines'
+    event times (default :func:`sniff_many`, for section 1 events; a translator's for a team's schema).
     """
 
-    def __init__(self, files: list[tuple[Path, str]], chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(self, files: list[tuple[Path, str]], chunk_bytes: int = CHUNK_BYTES,
+                 ts_of: TimesOf | None = None) -> None:
         self.logs = [LogFile(path, stream, i, chunk_bytes) for i, (path, stream) in enumerate(files)]
-        self._buffers = [_Buffered(log) for log in self.logs]
+        self._buffers = [_Buffered(log, ts_of) for log in self.logs]
 
     @property
     def size(self) -> int:

@@ -51,6 +51,9 @@ class RejectReason(StrEnum):
     too_many_items = "too_many_items"  # more items than StreamConfig.max_items_per_request
     unknown_action = "unknown_action"  # action not in the grade map and no ``grade``
     bad_grade = "bad_grade"  # grade outside 0..MAX_GRADE
+    # issue 22, events in a team's own schema (docs/mapping.md):
+    undecodable = "undecodable"  # bytes the configured format cannot decode (JSON, Avro, Protobuf)
+    unknown_schema = "unknown_schema"  # a schema id the registry does not have
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,9 @@ class Rejection:
 
 # -- wire formats (what msgspec decodes; validation of meaning follows) ---------------------------------
 # Constraints checked by msgspec in C; their errors are mapped to reasons by the field they name.
-_Id = Annotated[str, msgspec.Meta(min_length=1)]
+# Identifiers are non-empty strings or integers; an integer is read as its decimal text (SPEC section 1):
+# msgspec is strict, so ``true`` is still not an integer and stays ``bad_type``.
+_Id = Annotated[str, msgspec.Meta(min_length=1)] | int
 _Label = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_CHARS)]
 _Position = Annotated[int, msgspec.Meta(ge=1, le=MAX_POSITION)]
 
@@ -84,7 +89,7 @@ class _WireImpression(msgspec.Struct, gc=False):
     surface: _Label | None = None
     variant: _Label | None = None
     model: _Label | None = None
-    user_id: _Label | None = None  # issue 13: the GAUC group
+    user_id: _Label | int | None = None  # issue 13: the GAUC group
 
 
 class _WireFeedback(msgspec.Struct, gc=False):
@@ -196,14 +201,20 @@ def _event_ts(ts: Any) -> Any:
     return _ts_ms(ts)
 
 
+def _text(value: Any) -> str:
+    """An identifier as text: an integer (never a bool: the decoder refuses those) as its decimal digits."""
+    return value if type(value) is str else str(value)
+
+
 def impression_or_rejection(raw: bytes, max_event_bytes: int, max_items: int) -> Impression | Rejection:
     """:func:`decode_impression` with positional arguments (the per-event path of the stream)."""
     wire = _decode_fast(_IMPRESSION_DECODER, raw, max_event_bytes)
     if type(wire) is not _WireImpression:
         return wire  # type: ignore[no-any-return]
+    eid, rid = _text(wire.event_id), _text(wire.request_id)
     # JSON strings can only hold NUL escaped, so without "\u0000" in the bytes no id contains one.
     nul = b"\\u0000" in raw
-    if nul and ("\x00" in wire.event_id or "\x00" in wire.request_id):
+    if nul and ("\x00" in eid or "\x00" in rid):
         return Rejection(RejectReason.bad_id, "event_id/request_id contains NUL")
     ts = _event_ts(wire.ts)
     if type(ts) is not int:
@@ -217,7 +228,7 @@ def impression_or_rejection(raw: bytes, max_event_bytes: int, max_items: int) ->
             return Rejection(RejectReason.empty_items, "items is empty")
         if n > max_items:
             return Rejection(RejectReason.too_many_items, f"{n} items > {max_items}")
-        item_ids = tuple([it.item_id for it in items])
+        item_ids = tuple([_text(it.item_id) for it in items])
         positions = tuple([it.position for it in items])
         scores = tuple([it.score for it in items])
         if positions != _in_order(n) and len(set(positions)) != n:
@@ -229,15 +240,17 @@ def impression_or_rejection(raw: bytes, max_event_bytes: int, max_items: int) ->
         if wire.item_id is None or wire.position is None or wire.score is None:
             missing = next(f for f in ("item_id", "position", "score") if getattr(wire, f) is None)
             return Rejection(RejectReason.missing_field, f"Object missing required field `{missing}` (or items)")
-        if nul and "\x00" in wire.item_id:
+        item_id = _text(wire.item_id)
+        if nul and "\x00" in item_id:
             return Rejection(RejectReason.bad_id, "item_id contains NUL")
-        item_ids, positions, scores = (wire.item_id,), (wire.position,), (wire.score,)
+        item_ids, positions, scores = (item_id,), (wire.position,), (wire.score,)
         item_form = True
     # Scores are finite here: msgspec refuses NaN/Infinity tokens and out-of-range numbers.
+    user = wire.user_id
     return Impression(
-        wire.event_id, wire.request_id, ts, item_ids, positions, scores,
+        eid, rid, ts, item_ids, positions, scores,
         wire.segment or "unknown", wire.surface or "unknown", wire.variant or "unknown", wire.model or "unknown",
-        item_form, wire.user_id or "",
+        item_form, "" if user is None else _text(user),
     )
 
 
@@ -256,7 +269,8 @@ def feedback_or_rejection(raw: bytes, action_grades: Mapping[str, int], max_even
     wire = _decode_fast(_FEEDBACK_DECODER, raw, max_event_bytes)
     if type(wire) is not _WireFeedback:
         return wire  # type: ignore[no-any-return]
-    if b"\\u0000" in raw and ("\x00" in wire.event_id or "\x00" in wire.request_id or "\x00" in wire.item_id):
+    eid, rid, item = _text(wire.event_id), _text(wire.request_id), _text(wire.item_id)
+    if b"\\u0000" in raw and ("\x00" in eid or "\x00" in rid or "\x00" in item):
         return Rejection(RejectReason.bad_id, "id contains NUL")
     ts = _event_ts(wire.ts)
     if type(ts) is not int:
@@ -270,7 +284,7 @@ def feedback_or_rejection(raw: bytes, action_grades: Mapping[str, int], max_even
             return Rejection(RejectReason.unknown_action, f"unknown action {wire.action[:64]!r} and no grade")
     if not 0 <= grade <= MAX_GRADE:
         return Rejection(RejectReason.bad_grade, f"grade {grade} outside 0..{MAX_GRADE}")
-    return Feedback(wire.event_id, wire.request_id, wire.item_id, ts, grade, wire.action)
+    return Feedback(eid, rid, item, ts, grade, wire.action)
 
 
 class _WireTs(msgspec.Struct, gc=False):

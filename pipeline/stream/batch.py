@@ -100,6 +100,8 @@ def process_batch(
                 ts = w.ts
                 items = w.items
                 rid = w.request_id
+                if type(rid) is not str:  # an integer id reads as its decimal text (SPEC section 1)
+                    rid = str(rid)
                 if (type(ts) is not int or not 0 <= ts <= MAX_TS_MS or items is None or w.item_id is not None
                         or w.position is not None or w.score is not None or rid in index):
                     w = None
@@ -119,6 +121,8 @@ def process_batch(
                 skip, ikey = _resync(proc, wmk, p_key)
                 continue
             eid = w.event_id
+            if type(eid) is not str:
+                eid = str(eid)
             if eid in seen_ids:
                 imp_counts["duplicate"] += 1
                 continue
@@ -153,9 +157,16 @@ def process_batch(
             if combo is None:
                 combo = _combo_of_wire(proc, key)
             st = _STRUCTS.get(n)
+            try:
+                joined = SEP.join([it.item_id for it in items])
+            except TypeError:  # integer item ids: their decimal text
+                joined = SEP.join([str(it.item_id) for it in items])
             packed = (_pack_scores(tuple([it.score for it in items])) if st is None
-                      else st.pack(*[it.score for it in items])) + SEP.join([it.item_id for it in items]).encode()
-            slot = add_packed(rid, ts, combo, packed, n, user_key_of(rid, w.user_id))  # issue 13: GAUC group
+                      else st.pack(*[it.score for it in items])) + joined.encode()
+            user = w.user_id
+            if user is not None and type(user) is not str:
+                user = str(user)
+            slot = add_packed(rid, ts, combo, packed, n, user_key_of(rid, user))  # issue 13: GAUC group
             if early.count and rid in early.by_request:
                 for entry in early.pop(rid):
                     proc._attach(slot, entry)
@@ -182,6 +193,8 @@ def process_batch(
                 skip, ikey = _resync(proc, wmk, p_key)
                 continue
             eid = f.event_id
+            if type(eid) is not str:
+                eid = str(eid)
             if eid in seen_ids:
                 clk_counts["duplicate"] += 1
                 continue
@@ -207,7 +220,11 @@ def process_batch(
                 seen.tail.append(eid)
             else:
                 seen.add(eid, tag)
-            frid = f.request_id
+            frid, fitem = f.request_id, f.item_id
+            if type(frid) is not str:
+                frid = str(frid)
+            if type(fitem) is not str:
+                fitem = str(fitem)
             fslot = index.get(frid)
             if fslot is not None:
                 rts = p_ts[fslot]
@@ -218,8 +235,8 @@ def process_batch(
                     if counted:
                         clk_counts["accepted"] += 1
                     held = p_fb[fslot]
-                    p_fb[fslot] = ((f.item_id, grade, fts, counted),) if held is None else (
-                        *held, (f.item_id, grade, fts, counted))
+                    p_fb[fslot] = ((fitem, grade, fts, counted),) if held is None else (
+                        *held, (fitem, grade, fts, counted))
             elif frid in finalized_ids:
                 clk_counts["late"] += 1
             elif proc._wm_step is not None and fts + attr < proc._wm_step:
@@ -227,7 +244,7 @@ def process_batch(
             else:
                 if early.count >= cfg.max_pending_feedback:
                     clk_counts["orphan"] += early.evict_oldest()
-                early.add(frid, (f.item_id, grade, fts, False))
+                early.add(frid, (fitem, grade, fts, False))
     if not partitioned:
         proc._skip_observe_upto = skip
     return out

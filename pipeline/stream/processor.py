@@ -41,6 +41,7 @@ from rankwatch.pipeline.stream.batch import process_batch
 from rankwatch.pipeline.stream.config import OUTCOMES, STREAMS, StreamConfig, StreamStats
 from rankwatch.pipeline.stream.experiments import StreamExperiments
 from rankwatch.pipeline.stream.join import FinalizedBatch, PendingRequests, feedback_entry
+from rankwatch.pipeline.stream.mapped import process_mapped_batch
 from rankwatch.pipeline.stream.memory import EarlyFeedback, ExpiringIds
 from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.stream.staging import ListStaging
@@ -58,8 +59,12 @@ class StreamProcessor:
         clock: Clock,
         dead_letters: DeadLetterSink | None = None,
         partitions: tuple[int, ...] = (),
+        translator: Any = None,
     ) -> None:
         self.config = config
+        # issue 22: a pipeline.events.translate.Translator makes process_batch read a team's own schema
+        # (pipeline/stream/mapped.py); None (the identity mapping) reads section 1 events as ever.
+        self.translator = translator
         self.clock = clock
         self.dead_letters = dead_letters
         self.partitions = tuple(partitions)
@@ -150,9 +155,14 @@ class StreamProcessor:
     ) -> list[PublishedWindow]:
         """Process a poll's records at once (``kinds[i]``: impression?); equal to the per-record calls.
 
-        See :mod:`pipeline.stream.batch`: the source of record ``i`` is ``(topics[kind], partition,
-        offsets[i])``, or ``source_of(i)`` when given, built only for a dead letter.
+        With a :attr:`translator` the values are in the team's schema (:mod:`pipeline.stream.mapped`); the
+        per-record methods always take section 1 events. See :mod:`pipeline.stream.batch`: the source of
+        record ``i`` is ``(topics[kind], partition, offsets[i])``, or ``source_of(i)`` when given, built only
+        for a dead letter.
         """
+        if self.translator is not None:
+            return process_mapped_batch(self, self.translator, kinds, values, partition=partition, offsets=offsets,
+                                        topics=topics, source_of=source_of)
         return process_batch(self, kinds, values, partition=partition, offsets=offsets, topics=topics,
                              source_of=source_of)
 
@@ -244,6 +254,18 @@ class StreamProcessor:
         return self._experiments.data(name)
 
     # -- internals -------------------------------------------------------------------------------------
+    def reject(self, stream: str, raw: bytes, reason: RejectReason | str, detail: str,
+               source: SourceRef | None = None) -> None:
+        """Count and dead-letter an event found bad before the core saw it, exactly like the core's own
+        rejections (``stream`` is ``"impressions"`` or ``"clicks"``; ``raw`` the bytes as received).
+
+        Used where a team's events are translated first (:mod:`pipeline.events.mapping`): an event that
+        cannot be decoded or mapped is bad input like any other, with its original bytes kept.
+        """
+        if stream not in STREAMS:
+            raise ValueError(f"unknown stream {stream!r}")
+        self._reject(stream, raw, Rejection(RejectReason(reason), detail), source)
+
     def _reject(self, stream: str, raw: bytes, rejection: Rejection, source: SourceRef | None) -> None:
         (self._imp if stream == "impressions" else self._clk)["rejected"] += 1
         key = (stream, str(rejection.reason))
@@ -391,11 +413,12 @@ class StreamProcessor:
 
     @classmethod
     def restore(
-        cls, data: bytes, *, config: StreamConfig, clock: Clock, dead_letters: DeadLetterSink | None = None
+        cls, data: bytes, *, config: StreamConfig, clock: Clock, dead_letters: DeadLetterSink | None = None,
+        translator: Any = None,
     ) -> StreamProcessor:
         state = decode_snapshot(data, config.fingerprint())
         partitions = tuple(p for p in state["watermark"]["partitions"] if p != -1)
-        out = cls(config, clock=clock, dead_letters=dead_letters, partitions=partitions)
+        out = cls(config, clock=clock, dead_letters=dead_letters, partitions=partitions, translator=translator)
         cfg = config
         out._pending = PendingRequests.from_state(
             state["pending"], attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,

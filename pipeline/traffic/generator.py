@@ -351,7 +351,7 @@ def _malformed(kind: str, stream: str, seq: int, ts_ms: int) -> bytes:
     if kind == "missing_field":
         del base["request_id"]
     elif kind == "bad_type":
-        base["request_id"] = 17
+        base["request_id"] = True  # an integer id is valid (SPEC section 1): a bool is not
     elif kind == "bad_timestamp":
         base["ts"] = "yesterday"
     elif kind == "naive_timestamp":

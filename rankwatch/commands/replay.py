@@ -43,10 +43,12 @@ def _csv(values: tuple[str, ...]) -> list[str]:
 @click.option("--by", "by", multiple=True, metavar="LABELS",
               help="Slice labels, from segment, surface, variant, model (default: segment,surface).")
 @click.option("--k", "ks", multiple=True, metavar="K", help="NDCG@k and MAP@k cut-offs, e.g. 5,10 (default: NDCG@5,10, MAP@10).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="Read the events in the schema of this config's [events.*] tables (docs/mapping.md).")
 def command(
     impression_files: tuple[str, ...], click_files: tuple[str, ...], fmt: str, windows_out: str | None,
     dead_letter: str | None, windows: tuple[str, ...], attribution_window: str, allowed_disorder: str,
-    by: tuple[str, ...], ks: tuple[str, ...],
+    by: tuple[str, ...], ks: tuple[str, ...], config_file: str | None,
 ) -> None:
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.pipeline.clock import ManualClock
@@ -55,13 +57,15 @@ def command(
     from rankwatch.pipeline.stream.processor import StreamProcessor
 
     config = _config(windows, attribution_window, allowed_disorder, by, ks)
+    translator = events_translator(config_file, config.max_event_bytes)
     imp_paths = [_existing(p) for p in _csv(impression_files)]
     clk_paths = [_existing(p) for p in _csv(click_files)]
     if not imp_paths:
         raise ConfigError("replay needs at least one --impressions FILE")
     sink = JsonlDeadLetterSink(dead_letter) if dead_letter else None
     clock = ManualClock()
-    proc = StreamProcessor(config, clock=clock, dead_letters=sink)
+    # With --config the processor translates each line (and dead-letters a line as it was written).
+    proc = StreamProcessor(config, clock=clock, dead_letters=sink, translator=translator)
     out_file: IO[str] | None = open(windows_out, "a", encoding="utf-8") if windows_out else None  # noqa: SIM115
     published: list[Any] = []
 
@@ -71,7 +75,8 @@ def command(
             if out_file is not None:
                 out_file.write(json.dumps(w.document()) + "\n")
 
-    merge = EventLogMerge([(p, "impressions") for p in imp_paths] + [(p, "clicks") for p in clk_paths])
+    ts_of = None if translator is None else translator.event_ts_many
+    merge = EventLogMerge([(p, "impressions") for p in imp_paths] + [(p, "clicks") for p in clk_paths], ts_of=ts_of)
     try:
         with _progress(merge.size, merge.position) as advance:
             for kinds, values, sources in merge.batches():
@@ -120,6 +125,17 @@ def _existing(path: str) -> Path:
     if not p.is_file():
         raise RankwatchError(f"no such file: {path}")
     return p
+
+
+def events_translator(config_file: str | None, max_event_bytes: int) -> Any:
+    """The translator of ``--config FILE``'s ``[events.*]`` tables; None without the option or for a config
+    that maps nothing (section 1 lines read unchanged)."""
+    if config_file is None:
+        return None
+    from rankwatch.config import load_events
+    from rankwatch.pipeline.events.translate import translator_for
+
+    return translator_for(load_events(config_file), max_event_bytes=max_event_bytes)
 
 
 class _progress:

@@ -139,8 +139,11 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         if feed is not None:
             feed.health(health)
 
+    from rankwatch.pipeline.events.translate import translator_for
+
+    translator_for(cfg.events, max_event_bytes=cfg.stream.max_event_bytes)  # a format without its decoder: fail now
     service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
-                              on_health=on_health)
+                              on_health=on_health, events=cfg.events)
     if state is not None:  # before Kafka: a taken port fails fast, and /healthz answers during start-up
         try:
             ex = cfg.exporter

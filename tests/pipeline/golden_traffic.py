@@ -34,7 +34,7 @@ BAD_IMPRESSIONS: list[bytes] = [
     b'{"event_id":"b3","request_id":"rb","ts":1,"pad":"' + b"a" * 5000 + b'"}',  # too_large (config B) / missing
     b'{"event_id":"b4","request_id":"rb","ts":1}',  # missing_field (no items, no item form)
     b'{"request_id":"rb","ts":1,"item_id":"i","position":1,"score":1}',  # missing_field
-    b'{"event_id":"b5","request_id":5,"ts":1,"item_id":"i","position":1,"score":1}',  # bad_type
+    b'{"event_id":"b5","request_id":true,"ts":1,"item_id":"i","position":1,"score":1}',  # bad_type (an int id is fine)
     b'{"event_id":"b6","request_id":"","ts":1,"item_id":"i","position":1,"score":1}',  # bad_id
     b'{"event_id":"b7","request_id":"r\\u0000x","ts":1,"item_id":"i","position":1,"score":1}',  # bad_id (NUL)
     b'{"event_id":"b8","request_id":"rb","ts":1,"items":[{"item_id":"a\\u0000","position":1,"score":1}]}',

@@ -79,7 +79,8 @@ BAD_IMPRESSIONS = [
     (imp(ts=...), R.missing_field),
     (imp(items=...), R.missing_field),
     (imp(items=..., item_id="x", score=1.0), R.missing_field),
-    (imp(request_id=17), R.bad_type),
+    (imp(request_id=True), R.bad_type),  # a bool is not an integer id
+    (imp(request_id=1.5), R.bad_type),
     (imp(items="a,b"), R.bad_type),
     (imp(items=[{"item_id": "a", "position": True, "score": 1}]), R.bad_type),
     (imp(items=[{"item_id": "a", "position": 1, "score": "0.5"}]), R.bad_type),
@@ -168,3 +169,18 @@ def test_arbitrary_bytes_never_raise(raw):
     for result in (decode_impression(raw), decode_feedback(raw)):
         assert isinstance(result, Rejection | Impression | Feedback)
     assert sniff_ts_ms(raw) is None or isinstance(sniff_ts_ms(raw), int)
+
+
+def test_integer_ids_read_as_their_decimal_text():
+    """SPEC section 1: ``101`` and ``"101"`` are the same identifier; booleans are not integers."""
+    got = decode_impression(imp(event_id=7, request_id=17, user_id=0,
+                                items=[{"item_id": 101, "position": 1, "score": 0.5}]))
+    assert got == Impression("7", "17", 1764460800123, ("101",), (1,), (0.5,), user_id="0")
+    item = decode_impression(imp(items=..., request_id=-3, item_id=101, position=1, score=1.0))
+    assert isinstance(item, Impression) and item.request_id == "-3" and item.item_ids == ("101",)
+    assert decode_feedback(fb(event_id=1, request_id=17, item_id=101)) == Feedback("1", "17", "101", 1764460803000, 1,
+                                                                                    "click")
+    for bad in (imp(event_id=True), imp(items=[{"item_id": False, "position": 1, "score": 0.5}]), fb(item_id=True),
+                imp(user_id=True)):
+        got_bad = decode_impression(bad) if b'"items"' in bad or b'"position"' in bad else decode_feedback(bad)
+        assert isinstance(got_bad, Rejection) and got_bad.reason == R.bad_type, (bad, got_bad)

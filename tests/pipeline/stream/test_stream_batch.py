@@ -19,28 +19,29 @@ CFG = StreamConfig(windows=("10s", "1m"), attribution_window_ms=5_000, allowed_d
                    max_pending_requests=4, max_pending_feedback=3, dedupe_capacity=6, finalized_memory=3,
                    max_items_per_request=4, slice_spec=SliceSpec(by=("segment", "surface"), max_values_per_label=2))
 
-_rid = st.sampled_from(["r1", "r2", "r3", "r4", ""])
+# Integer ids read as their decimal text (SPEC section 1): 1 and "1" are one request; True is bad_type.
+_rid = st.sampled_from(["r1", "r2", "r3", "r4", "", 1, "1", True])
 _grid = st.integers(0, 15).map(lambda k: T0 + 1_000 * k)  # whole seconds: boundaries (ts == deadline) get hit
 _ts = st.one_of(_grid, _grid, st.integers(T0, T0 + 15_000), st.integers(-5, 2**63),
                 st.sampled_from(["2026-12-01T10:00:01Z", "2026-12-01T10:00:00", "x"]))
-_item = st.fixed_dictionaries({"item_id": st.sampled_from(["a", "b", "c", "a\u0000"]), "position": st.integers(0, 5),
+_item = st.fixed_dictionaries({"item_id": st.sampled_from(["a", "b", "c", "a\u0000", 7, "7", False]), "position": st.integers(0, 5),
                                "score": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers())})
 _label = st.sampled_from(["s", "t", "u", "", None, "é"])
 _impression = st.fixed_dictionaries(
-    {"event_id": st.sampled_from(["e1", "e2", "e3", "e4", "e5", "e6", "e7", ""]), "request_id": _rid, "ts": _ts},
+    {"event_id": st.sampled_from(["e1", "e2", "e3", "e4", "e5", "e6", "e7", "", 5, "5"]), "request_id": _rid, "ts": _ts},
     optional={"items": st.lists(_item, max_size=5), "item_id": st.just("a"), "position": st.integers(0, 3),
               "score": st.floats(allow_nan=False, allow_infinity=False), "segment": _label, "surface": _label},
 )
 _feedback = st.fixed_dictionaries(
-    {"event_id": st.sampled_from(["f1", "f2", "f3", "f4", "e1"]), "request_id": _rid,
-     "item_id": st.sampled_from(["a", "b", "z"]), "ts": _ts},
+    {"event_id": st.sampled_from(["f1", "f2", "f3", "f4", "e1", 5]), "request_id": _rid,
+     "item_id": st.sampled_from(["a", "b", "z", 7, "7"]), "ts": _ts},
     optional={"action": st.sampled_from(["click", "purchase", "stare"]), "grade": st.integers(-2, 30)},
 )
 _eid = st.text(alphabet="abcdefghij", min_size=1, max_size=2)  # mostly distinct, some duplicates
 # An impression in canonical list form with positions 1..n (the batch path's inline case), shuffled or not.
 _clean = st.builds(
     lambda eid, rid, ts, n, rev, seg: {"event_id": eid, "request_id": rid, "ts": ts, "segment": seg,
-                                      "items": [{"item_id": f"i{k}", "position": k + 1, "score": k / 2}
+                                      "items": [{"item_id": k if k % 2 else f"i{k}", "position": k + 1, "score": k / 2}
                                                 for k in (range(n)[::-1] if rev else range(n))]},
     st.text(alphabet="abcdefghij", min_size=1, max_size=2), _rid, st.one_of(_grid, st.integers(T0, T0 + 15_000)),
     st.integers(1, 5),
@@ -48,7 +49,7 @@ _clean = st.builds(
 _clean_feedback = st.builds(
     lambda eid, rid, item, ts, grade: {"event_id": eid, "request_id": rid, "item_id": item, "ts": ts,
                                        **({"action": "click"} if grade is None else {"grade": grade})},
-    _eid, _rid, st.sampled_from(["i0", "i1", "i3", "z"]), _grid, st.one_of(st.none(), st.integers(0, 4)))
+    _eid, _rid, st.sampled_from(["i0", "i1", "i3", "z", 1, 3]), _grid, st.one_of(st.none(), st.integers(0, 4)))
 _event = st.one_of(st.tuples(st.just(True), _impression), st.tuples(st.just(True), _clean),
                    st.tuples(st.just(True), _clean), st.tuples(st.just(False), _feedback),
                    st.tuples(st.just(False), _clean_feedback), st.tuples(st.just(False), _clean_feedback))

@@ -23,7 +23,8 @@ from rankwatch.pipeline.traffic.generator import (
 def test_default_traffic_is_byte_identical_to_before_experiments() -> None:
     # sha256 of the default traffic (same script): a pin, not a metric value. First measured on main before
     # ExperimentTraffic existed; re-pinned when issue 13 gave item-form impressions and the ground-truth rows
-    # a user_id (list-form impressions keep their bytes: user_id stays right after ts).
+    # a user_id (list-form impressions keep their bytes: user_id stays right after ts); re-pinned when issue 22
+    # made integer ids valid (the bad_type malformed event now carries "request_id": true, not 17).
     h = hashlib.sha256()
     for cfg in [TrafficConfig(), TrafficConfig(seed=3, duplicate_rate=0.1, malformed_rate=0.05, out_of_order_ms=5000,
                 item_form_share=0.2, rfc3339_share=0.3, orphan_rate=0.05, late_rate=0.05, duration_s=900)]:
@@ -31,7 +32,7 @@ def test_default_traffic_is_byte_identical_to_before_experiments() -> None:
             h.update(e.stream.encode() + e.key + e.value + str(e.ts_ms).encode())
         h.update(ground_truth_rows(cfg).to_csv().encode())
     h.update(evaluation_frame(TrafficConfig(seed=2), 500).to_csv().encode())
-    assert h.hexdigest() == "331957a1d251c0435c13336aaa9063cd048a1a588b26758422261494eeae7d59"
+    assert h.hexdigest() == "ef5205c85a3729296a9c940ec11364475e1ab40c69ebe8606695bf1ba3063ea0"
 
 
 def test_arms_belong_to_users_and_effects_hit_their_segment() -> None:

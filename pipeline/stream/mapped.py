@@ -1,0 +1,107 @@
+"""A poll's records in a team's own schema through the native core: translate, then :func:`process_batch`.
+
+Layout: :func:`process_mapped_batch` translates each record with a
+:class:`~pipeline.events.translate.Translator`, hands the section 1 events to the native batch path in runs,
+and rejects what cannot be read through :meth:`StreamProcessor.reject` at its place in the sequence;
+:class:`OriginalBytes` is the dead-letter sink wrapper that puts each message's *original* bytes (not the
+translated ones) into the dead letters the core writes for it.
+
+Why it is exact: a rejection changes counts and dead letters only (never the watermark or any state), and
+the runs between rejections go through ``process_batch`` in order, which equals the per-record calls; so
+the result equals translating each record and calling ``process_impression`` / ``process_feedback`` on its
+section 1 events one by one (tests/pipeline/stream/test_mapped.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rankwatch.pipeline.events.deadletter import DeadLetter, DeadLetterSink
+from rankwatch.pipeline.events.records import SourceRef
+from rankwatch.pipeline.events.validation import Rejection
+from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.stream.batch import process_batch
+
+StreamProcessor = Any  # pipeline.stream.processor.StreamProcessor (imports this module)
+
+
+class OriginalBytes:
+    """A dead-letter sink that swaps a translated event's bytes for the message it came from.
+
+    ``originals`` maps ``id(translated bytes)`` to the original bytes; the translated objects stay alive
+    (in the batch's list) while the core runs, so their ids cannot be reused meanwhile. Per-record callers
+    set ``current`` to the message around each call instead (and back to None after).
+    """
+
+    def __init__(self, sink: DeadLetterSink) -> None:
+        self.sink = sink
+        self.originals: dict[int, bytes] = {}
+        self.current: bytes | None = None  # per-record use: the message of the event being processed
+
+    def send(self, letter: DeadLetter) -> None:
+        original = self.current if self.current is not None else self.originals.get(id(letter.raw))
+        if original is not None:
+            detail = f"{letter.detail}; mapped to {letter.raw[:300].decode('utf-8', 'replace')}"
+            letter = DeadLetter(letter.stream, original, letter.reason, detail, letter.source)
+        self.sink.send(letter)
+
+
+def process_mapped_batch(
+    proc: StreamProcessor, translator: Any, kinds: Sequence[bool], values: Sequence[bytes], *,
+    partition: int | None = None, offsets: Sequence[int] | None = None,
+    topics: tuple[str, str] = ("impressions", "clicks"), source_of: Callable[[int], SourceRef] | None = None,
+) -> list[PublishedWindow]:
+    """:meth:`StreamProcessor.process_batch` for messages in the team's schema (see module docstring).
+
+    Every section 1 event a message maps to carries the message's offset; a message that cannot be read is
+    counted and dead-lettered with its own bytes and source, at its place in the order.
+    """
+    out: list[PublishedWindow] = []
+    run_kinds: list[bool] = []
+    run_values: list[bytes] = []
+    run_offsets: list[int] = []
+    run_index: list[int] = []  # the message each run value came from (for source_of)
+    sink = proc.dead_letters
+    wrapper = OriginalBytes(sink) if sink is not None else None
+    originals = wrapper.originals if wrapper is not None else None
+    translate = translator.translate
+
+    def flush() -> None:
+        nonlocal out
+        if run_values:
+            outer, first = source_of, run_index[:]
+            out += process_batch(proc, run_kinds, run_values, partition=partition,
+                                 offsets=run_offsets if offsets is not None else None, topics=topics,
+                                 source_of=None if outer is None else (lambda j: outer(first[j])))
+            run_index.clear()
+            run_kinds.clear()
+            run_values.clear()
+            run_offsets.clear()
+
+    if wrapper is not None:
+        proc.dead_letters = wrapper
+    try:
+        for i, raw in enumerate(values):
+            kind = kinds[i]
+            stream = "impressions" if kind else "clicks"
+            native = translate(stream, raw)
+            if type(native) is Rejection:
+                flush()
+                src = (source_of(i) if source_of is not None
+                       else None if offsets is None else SourceRef(topics[0 if kind else 1], partition, offsets[i]))  # type: ignore[arg-type]
+                proc.reject(stream, raw, native.reason, native.detail, src)
+                continue
+            for value in native:
+                run_kinds.append(kind)
+                run_values.append(value)
+                run_index.append(i)
+                if offsets is not None:
+                    run_offsets.append(offsets[i])
+                if originals is not None and value is not raw:
+                    originals[id(value)] = raw
+        flush()
+    finally:
+        if wrapper is not None:
+            proc.dead_letters = sink
+    return out
