@@ -155,7 +155,7 @@ BAD_LINES = [
     b'{"event_id": "x5", "request_id": "r-5-0", "ts": 1796032800000, "items": [{"item_id": "a", "position": 1, "score": 1},'
     b' {"item_id": "b", "position": 1, "score": 2}]}',
     b'{"event_id": "x6", "request_id": "r-5-0", "ts": 1796032800000, "item_id": "i", "position": true, "score": 1}',
-    b'{"event_id": "x7", "request_id": 5, "ts": 1796032800000, "item_id": "i", "position": 1, "score": 1}',
+    b'{"event_id": "x7", "request_id": true, "ts": 1796032800000, "item_id": "i", "position": 1, "score": 1}',
     b'{"event_id": "x8", "request_id": "r-5-0", "ts": "2026-11-30T10:00:00", "item_id": "i", "position": 1, "score": 1}',
     b'{"event_id": "x9", "request_id": "r-5-0", "ts": 1796032800000, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
     b'{"event_id": "x10", "request_id": "r-5-0", "ts": 1796032800000, "pad": "' + b"a" * 10_000_000 + b'"}',
