@@ -122,17 +122,17 @@ def _scalar(value: FloatArray | float) -> float | None:
 
 def slope_ols(m: Moments) -> float | None:
     """OLS slope of online on offline differences; ``None`` when all ``x`` are equal or ``n < 2``."""
-    return _scalar(ols_slope_values(np.float64(m.s_xx), np.float64(m.s_xy)))
+    return _scalar(ols_slope_values(np.asarray(m.s_xx, np.float64), np.asarray(m.s_xy, np.float64)))
 
 
 def slope_corrected(m: Moments) -> float | None:
     """Errors-in-variables (BCES) slope; ``None`` when ``S_xx - mean(sx^2) <= 0`` or ``n < 2``."""
-    return _scalar(corrected_slope_values(np.float64(m.s_xx), np.float64(m.s_xy), np.float64(m.mean_vx)))
+    return _scalar(corrected_slope_values(*(np.asarray(v, np.float64) for v in (m.s_xx, m.s_xy, m.mean_vx))))
 
 
 def correlation_corrected(m: Moments) -> float | None:
     """Disattenuated correlation; ``None`` when either noise-corrected variance is ``<= 0`` or ``n < 2``."""
-    value = corrected_correlation_values(*(np.float64(v) for v in (m.s_xx, m.s_yy, m.s_xy, m.mean_vx, m.mean_vy)))
+    value = corrected_correlation_values(*(np.asarray(v, np.float64) for v in (m.s_xx, m.s_yy, m.s_xy, m.mean_vx, m.mean_vy)))
     return _scalar(value)
 
 
