@@ -46,6 +46,7 @@ SCHEMA: dict[str, frozenset[str] | None] = {
         {"enabled", "host", "port", "tls_certfile", "tls_keyfile", "basic_auth_user", "basic_auth_password_file"}
     ),
     "baselines": frozenset({"files", "directory", "reload_interval"}),
+    "transfer": frozenset({"ledgers", "reload_interval", "seed", "resamples"}),  # issue 21
 }
 
 
@@ -72,6 +73,11 @@ class RunConfig:
     baseline_reload_ms: int = 10_000
     source: Path | None = field(default=None, compare=False)
     experiments: tuple[ExperimentSpec, ...] = ()  # [[experiments]] (docs/experiments.md)
+    # [transfer] (issue 21, docs/transfer.md): ledgers served as rankwatch_transfer_* gauges
+    transfer_ledgers: tuple[Path, ...] = ()
+    transfer_reload_ms: int = 10_000
+    transfer_seed: int = 0
+    transfer_resamples: int = 2000
 
 
 class _Reader:
@@ -165,9 +171,20 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
         if not d.is_dir():
             raise bl.fail("directory", f"not a directory: {d}")
         files += sorted(d.glob("*.json"))
-    return RunConfig(kafka=kafka, stream=stream, exporter=exporter,
-                     windows_out=(base / out) if out else None, baselines=tuple(files),
-                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments)
+    cfg = RunConfig(kafka=kafka, stream=stream, exporter=exporter,
+                    windows_out=(base / out) if out else None, baselines=tuple(files),
+                    baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments)
+    return _with_transfer(cfg, r["transfer"], base)
+
+
+def _with_transfer(cfg: RunConfig, tr: _Reader, base: Path) -> RunConfig:
+    """``[transfer]``: ledger files (need not exist yet: a ledger is appended to), reload interval, bootstrap."""
+    seed = tr.get("seed", int, 0)
+    if seed < 0:
+        raise tr.fail("seed", f"must be >= 0, got {seed}")
+    return replace(cfg, transfer_ledgers=tuple(base / f for f in tr.strings("ledgers", ())),
+                   transfer_reload_ms=tr.duration_ms("reload_interval", 10_000), transfer_seed=seed,
+                   transfer_resamples=tr.positive_int("resamples", 2000))
 
 
 def experiments_from_toml(value: Any, *, where: str = "config") -> tuple[ExperimentSpec, ...]:
