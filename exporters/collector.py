@@ -21,6 +21,7 @@ from prometheus_client.samples import Sample
 
 from rankwatch.exporters import names
 from rankwatch.exporters.state import MetricsState, Snapshot
+from rankwatch.exporters.transfer import transfer_families
 from rankwatch.pipeline.clock import Clock
 
 
@@ -71,6 +72,7 @@ class RankwatchCollector(Collector):
 
     def health_families(self, snap: Snapshot) -> Iterator[Metric]:
         """The small, often changing families (events, health, baselines), computed from ``snap``."""
+        yield from transfer_families(snap.transfer, snap.transfer_load_errors)  # issue 21: a copy, no statistics
         h = snap.health
         yield _family(
             names.EVENTS,

@@ -63,3 +63,14 @@ GAUC_ITEMS_DROPPED = "rankwatch_gauc_items_dropped"  # gauge {window, segment, s
 SOURCE_ONLINE = "online"
 SOURCE_OFFLINE = "offline"
 BASELINE_WINDOW = "baseline"
+
+# issue 21: offline-to-online transfer, from the [transfer] ledgers (exporters/transfer.py, docs/exporter.md)
+TRANSFER_SLOPE = "rankwatch_transfer_slope"  # gauge {metric, segment, estimator=ols|corrected}
+TRANSFER_SLOPE_LOWER = "rankwatch_transfer_slope_lower"  # gauge {metric, segment}: corrected slope, 95 % lower
+TRANSFER_SLOPE_UPPER = "rankwatch_transfer_slope_upper"  # gauge {metric, segment}: corrected slope, 95 % upper
+TRANSFER_CORRELATION = "rankwatch_transfer_correlation"  # gauge {metric, segment}: corrected
+TRANSFER_SIGN_AGREEMENT = "rankwatch_transfer_sign_agreement"  # gauge {metric, segment}
+TRANSFER_COMPARISONS = "rankwatch_transfer_comparisons"  # gauge {metric, segment}
+TRANSFER_OFFLINE_DIFF = "rankwatch_transfer_offline_diff"  # gauge {metric, segment, experiment, candidate}
+TRANSFER_ONLINE_DIFF = "rankwatch_transfer_online_diff"  # gauge {metric, segment, experiment, candidate}
+TRANSFER_LOAD_ERRORS = "rankwatch_transfer_load_errors"  # counter: failed ledger (re)loads

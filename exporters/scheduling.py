@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 TICK_JOB = "rankwatch-idle-tick"
 BASELINE_JOB = "rankwatch-baseline-reload"
 LAG_JOB = "rankwatch-consumer-lag"
+TRANSFER_JOB = "rankwatch-transfer-reload"  # issue 21: [transfer] ledgers
 
 
 class ExporterScheduler:
@@ -37,6 +38,9 @@ class ExporterScheduler:
         Its :meth:`~exporters.baselines.BaselineWatcher.reload` runs every ``reload_interval_s`` seconds.
     lag
         Returns ``{(topic, partition): lag}``; polled every ``lag_interval_s`` seconds into ``state``.
+    transfer
+        Re-reads the transfer ledgers when they change (``TransferWatcher.reload``), every
+        ``transfer_interval_s`` seconds.
     """
 
     def __init__(
@@ -49,6 +53,8 @@ class ExporterScheduler:
         reload_interval_s: float = 10.0,
         lag: Callable[[], Mapping[tuple[str, int], int]] | None = None,
         lag_interval_s: float = 5.0,
+        transfer: Callable[[], object] | None = None,
+        transfer_interval_s: float = 10.0,
     ) -> None:
         if lag is not None and state is None:
             raise ValueError("lag polling needs the state to write into")
@@ -76,6 +82,10 @@ class ExporterScheduler:
                 target.set_consumer_lag(lag())
 
             self._add(LAG_JOB, poll_lag, lag_interval_s)
+        if transfer is not None:  # a TransferWatcher's reload (exporters/transfer.py)
+            if transfer_interval_s <= 0:
+                raise ValueError("transfer interval must be positive")
+            self._add(TRANSFER_JOB, transfer, transfer_interval_s)
 
     def _add(self, job_id: str, func: Callable[[], object], interval_s: float) -> None:
         def run() -> None:

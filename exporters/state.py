@@ -97,6 +97,9 @@ class Snapshot:
     score_drift_items: tuple[Sample, ...] = ()
     gauc_items_dropped: tuple[Sample, ...] = ()
     kafka_outage: tuple[bool, float] = (False, 0.0)  # (in an outage now, outage seconds so far)
+    # issue 21: samples of the rankwatch_transfer_* families (exporters/transfer.py), computed at load time
+    transfer: Mapping[str, tuple[Sample, ...]] = field(default_factory=dict)
+    transfer_load_errors: int = 0
 
 
 @dataclass
@@ -168,6 +171,8 @@ class MetricsState:
         )
         self._lag: dict[tuple[str, int], int] = {}
         self._outage: tuple[bool, float] = (False, 0.0)
+        self._transfer: dict[str, tuple[Sample, ...]] = {}  # issue 21
+        self._transfer_errors = 0
         self._version = 0
         self._drifts: dict[str, DriftResult] = {}
         self._quality: tuple[Sample, ...] = ()
@@ -309,6 +314,14 @@ class MetricsState:
                 self._baseline_errors.setdefault(name, 0)
             self._swap(self._build_snapshot_locked())
 
+    def set_transfer(self, samples: Mapping[str, tuple[Sample, ...]] | None, load_errors: int) -> None:
+        """Serve the transfer samples (None: keep the current ones) and the ledgers' load error count."""
+        with self._write_lock:
+            if samples is not None:
+                self._transfer = dict(samples)
+            self._transfer_errors = load_errors
+            self._swap(self._build_snapshot_locked())
+
     # -- readers ---------------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """The current consistent snapshot (immutable; safe to read without the lock)."""
@@ -398,6 +411,8 @@ class MetricsState:
             score_drift=self._score_drift[0],
             score_drift_items=self._score_drift[1],
             kafka_outage=self._outage,
+            transfer=self._transfer,
+            transfer_load_errors=self._transfer_errors,
         )
 
 

@@ -50,6 +50,7 @@ SCHEMA: dict[str, frozenset[str] | None] = {
     "baselines": frozenset({"files", "directory", "reload_interval"}),
     "events": None,  # [events.impressions] / [events.clicks]: checked by pipeline.events.mapping
     "schema_registry": frozenset({"url", "basic_auth_user", "basic_auth_password_file", "timeout"}),
+    "transfer": frozenset({"ledgers", "reload_interval", "seed", "resamples"}),
 }
 
 
@@ -90,6 +91,11 @@ class RunConfig:
     events: EventMapping = IDENTITY  # [events.impressions] / [events.clicks] (docs/mapping.md)
     schema_registry: SchemaRegistrySettings | None = None  # [schema_registry], when given
     timestamps: str = "record"  # [kafka] timestamps: order the topics by record or event time
+    # [transfer] (docs/transfer.md): ledgers served as rankwatch_transfer_* gauges
+    transfer_ledgers: tuple[Path, ...] = ()
+    transfer_reload_ms: int = 10_000
+    transfer_seed: int = 0
+    transfer_resamples: int = 2000
 
 
 class _Reader:
@@ -186,12 +192,13 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
     timestamps = r["kafka"].get("timestamps", str, "record")
     if timestamps not in ("record", "event"):
         raise r["kafka"].fail("timestamps", f"must be 'record' or 'event', got {timestamps!r}")
-    return RunConfig(kafka=kafka, stream=stream, exporter=exporter,
-                     windows_out=(base / out) if out else None, baselines=tuple(files),
-                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments,
-                     events=EventMapping.from_tables(raw.get("events"), where=where),
-                     schema_registry=_registry(r["schema_registry"], base) if "schema_registry" in raw else None,
-                     timestamps=timestamps)
+    cfg = RunConfig(kafka=kafka, stream=stream, exporter=exporter,
+                    windows_out=(base / out) if out else None, baselines=tuple(files),
+                    baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments,
+                    events=EventMapping.from_tables(raw.get("events"), where=where),
+                    schema_registry=_registry(r["schema_registry"], base) if "schema_registry" in raw else None,
+                    timestamps=timestamps)
+    return _with_transfer(cfg, r["transfer"], base)
 
 
 def _registry(sr: _Reader, base: Path) -> SchemaRegistrySettings:
@@ -213,6 +220,16 @@ def load_events(path: str | Path) -> EventMapping:
     """Only the ``[events]`` tables of a config file (replay, ab, inspect): the other tables are checked
     as ``rankwatch run`` checks them, so one file serves every command."""
     return load_config(path).events
+
+
+def _with_transfer(cfg: RunConfig, tr: _Reader, base: Path) -> RunConfig:
+    """``[transfer]``: ledger files (need not exist yet: a ledger is appended to), reload interval, bootstrap."""
+    seed = tr.get("seed", int, 0)
+    if seed < 0:
+        raise tr.fail("seed", f"must be >= 0, got {seed}")
+    return replace(cfg, transfer_ledgers=tuple(base / f for f in tr.strings("ledgers", ())),
+                   transfer_reload_ms=tr.duration_ms("reload_interval", 10_000), transfer_seed=seed,
+                   transfer_resamples=tr.positive_int("resamples", 2000))
 
 
 def experiments_from_toml(value: Any, *, where: str = "config") -> tuple[ExperimentSpec, ...]:

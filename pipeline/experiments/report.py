@@ -117,9 +117,9 @@ def _numbers(cmp: Comparison | None) -> dict[str, Any]:
         return None if x is None else [x[0], x[1]]
 
     if cmp is None:
-        return dict.fromkeys(("diff", "diff_ci", "diff_ci_sequential", "lift", "lift_ci", "lift_ci_sequential",
-                              "p_value_fixed", "p_value_sequential"))  # fmt: skip
-    return {"diff": cmp.diff, "diff_ci": pair(cmp.diff_ci), "diff_ci_sequential": pair(cmp.diff_ci_sequential),
+        return dict.fromkeys(("diff", "diff_stderr", "diff_ci", "diff_ci_sequential", "lift", "lift_ci",
+                              "lift_ci_sequential", "p_value_fixed", "p_value_sequential"))  # fmt: skip
+    return {"diff": cmp.diff, "diff_stderr": cmp.diff_se, "diff_ci": pair(cmp.diff_ci), "diff_ci_sequential": pair(cmp.diff_ci_sequential),
             "lift": cmp.lift, "lift_ci": pair(cmp.lift_ci), "lift_ci_sequential": pair(cmp.lift_ci_sequential),
             "p_value_fixed": cmp.p_value, "p_value_sequential": cmp.p_value_sequential}  # fmt: skip
 

@@ -147,9 +147,12 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def read_evaluation_files(
-    paths: Sequence[str | os.PathLike[str]], *, skip_invalid: bool = False
+    paths: Sequence[str | os.PathLike[str]], *, skip_invalid: bool = False, key_by_model: bool = False
 ) -> EvaluationSet:
     """Read and validate CSV / JSONL / Parquet evaluation files into one :class:`EvaluationSet`.
+
+    ``key_by_model``: a request is a (model, request_id) pair (request ids become ``model + "\\x1f" +
+    request_id``, :func:`model_key`; issue 21, paired offline differences), so several models may score one request.
 
     Raises ``FileNotFoundError`` for a missing file and :class:`InvalidEvaluationData` for a file that
     cannot be used (missing column, unknown format) or, unless ``skip_invalid``, for the first bad row.
@@ -183,6 +186,8 @@ def read_evaluation_files(
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     bounds = np.cumsum([0, *(len(f) for f in frames)]).astype(np.int64)
     sources = _RowSources(names, bounds, np.concatenate(numbers) if numbers else np.empty(0, np.int64))
+    if key_by_model and "model" in frame.columns:
+        frame = frame.assign(request_id=model_key(frame["request_id"], frame["model"]))
     result = _validate(frame.reset_index(drop=True), sources, skip_invalid)
     result.inputs = tuple(names)
     for reason, n in lost.items():
@@ -204,6 +209,23 @@ def validate_evaluation_frame(
     result = _validate(frame[cols].reset_index(drop=True), sources, skip_invalid)
     result.inputs = (source,)
     return result
+
+
+KEY_SEPARATOR = "\x1f"
+
+
+def model_key(request_id: pd.Series, model: pd.Series) -> pd.Series:
+    """``model + "\\x1f" + request_id`` (a missing request id stays missing, so it is still rejected)."""
+    missing = request_id.isna() | (request_id.astype(str).str.strip() == "")
+    keyed = model.fillna("").astype(str) + KEY_SEPARATOR + request_id.astype(str)
+    return keyed.where(~missing, request_id)
+
+
+def split_model_key(keys: pd.Series) -> pd.Series:
+    """The request ids of :func:`model_key` keys (keys without a separator are returned as they are)."""
+    text = keys.astype(str)
+    parts = text.str.partition(KEY_SEPARATOR)
+    return parts[2].where(parts[1] == KEY_SEPARATOR, text)
 
 
 # -- readers --------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ Layout:
   (BCES) corrected slope and correlation, sign agreement, Kendall's tau-b;
 - :mod:`.bootstrap`: seeded, vectorised bootstrap over comparisons for the corrected slope and correlation
   and the predicted online difference of a candidate;
-- :mod:`.report`: grouping of ledger entries and the JSON document of ``rankwatch transfer``.
+- :mod:`.report`: grouping of ledger entries and the JSON document of ``rankwatch transfer``;
+- :mod:`.paired`: paired offline differences of two models over shared requests (DeLong for AUC-ROC);
+- :mod:`.writer`: ledger lines from an A/B report and offline differences (``rankwatch ab --ledger``).
 
 Why: an offline metric is only worth optimising if its gains transfer online. Each offline difference is
 measured with noise, so a regression of online on offline differences is biased toward 0 (attenuation);

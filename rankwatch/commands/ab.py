@@ -35,7 +35,8 @@ def _csv(values: tuple[str, ...]) -> list[str]:
               help="TOML with [[experiments]] (the run configuration).")
 @click.option("--experiment", "experiment_name", default=None, help="Which [[experiments]] entry (default: the only one).")
 @click.option("--name", default="experiment", show_default=True, help="Experiment name (without --config).")
-@click.option("--label", default=None, help="Label carrying the arm: variant (default) or model.")
+@click.option("--label", "--arm", "label", default=None,
+              help="Label carrying the arm: variant (default) or model (evaluation rows: paired when shared).")
 @click.option("--control", default=None, help="Control arm (default: control).")
 @click.option("--treatment", "treatments", multiple=True, metavar="ARM[,ARM...]", help="Treatment arms (default: treatment).")
 @click.option("--split", default=None, metavar="ARM=SHARE,...", help="Expected split (default: equal).")
@@ -54,12 +55,17 @@ def _csv(values: tuple[str, ...]) -> list[str]:
 @click.option("--attribution-window", default="30m", show_default=True, help="Feedback attribution window (logs).")
 @click.option("--skip-invalid", is_flag=True, help="Skip and count invalid rows instead of failing.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--ledger", default=None, metavar="FILE",
+              help="Append one transfer-ledger line per comparison (docs/transfer.md); needs --offline.")
+@click.option("--offline", "offline_paths", multiple=True, metavar="FILE",
+              help="Offline side for --ledger: evaluation rows of both models (paired) or their baseline files.")
 def command(
     inputs: tuple[str, ...], impression_files: tuple[str, ...], click_files: tuple[str, ...],
     prometheus_url: str | None, config_path: Path | None, experiment_name: str | None, name: str, label: str | None, control: str | None,
     treatments: tuple[str, ...], split: str | None, start: str | None, unit: str | None, alpha: float | None,
     min_requests: int | None, min_positives: int | None, min_negatives: int | None, n_star: int | None,
     decision: str | None, by: str, ks: str | None, attribution_window: str, skip_invalid: bool, fmt: str,
+    ledger: str | None, offline_paths: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Compare the arms of an experiment: lifts with fixed and always-valid intervals, SRM, BH."""
     from rankwatch.pipeline.experiments.data import experiment_cells, request_extras, rows_from_logs
@@ -89,6 +95,8 @@ def command(
         wanted = experiment_name or (base.name if base is not None and config_path is not None else None)
         data = prometheus_data(prometheus_url, wanted, base)
         doc = experiment_report(data)
+        if ledger is not None:
+            _ledger(ledger, offline_paths, doc, data.spec, MetricOptions(), _csv((by,)), skip_invalid)
         if fmt == "json":
             click.echo(json.dumps(doc, indent=2, allow_nan=False))
         else:
@@ -106,7 +114,10 @@ def command(
     if bool(inputs) == bool(imp_paths):
         raise ConfigError("give evaluation rows (INPUT...) or --impressions/--clicks logs, not both or neither")
     try:
-        if inputs:
+        if inputs and spec.label == "model":  # several models may score one request: paired (issue 21)
+            evalset = read_evaluation_files(list(inputs), skip_invalid=skip_invalid, key_by_model=True)
+            users, ts = None, None
+        elif inputs:
             evalset = read_evaluation_files(list(inputs), skip_invalid=skip_invalid)
             users, ts = request_extras(evalset, _read_extras(inputs))
         else:
@@ -123,10 +134,24 @@ def command(
     except ValueError as e:
         raise RankwatchError(str(e)) from None
     doc = experiment_report(data)
+    if inputs and spec.label == "model":
+        from rankwatch.commands.ab_ledger import paired_section
+
+        doc["paired"] = paired_section(evalset, spec, options, slice_spec)
+    if ledger is not None:
+        _ledger(ledger, offline_paths, doc, spec, options, slice_spec.by, skip_invalid)
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2, allow_nan=False))
     else:
         _print_table(doc, slice_spec.by)
+
+
+def _ledger(path: str, offline: tuple[str, ...], doc: dict[str, Any], spec: Any, options: Any, by: Any,
+            skip_invalid: bool) -> None:  # fmt: skip
+    from rankwatch.commands.ab_ledger import write_ledger
+
+    written = write_ledger(path, list(offline), doc, spec, options, tuple(by), skip_invalid=skip_invalid)
+    click.echo(f"{path}: {written} ledger line(s) appended", err=True)
 
 
 def _split(text: str) -> dict[str, float]:
@@ -273,6 +298,8 @@ def _print_table(doc: dict[str, Any], by: tuple[str, ...]) -> None:
                       _interval(c["lift_ci_sequential"], True), _fmt(c["p_value"]), _fmt(c["p_adjusted"]),
                       c["verdict"], style=style)  # fmt: skip
     console.print(table)
+    if doc.get("paired"):
+        _print_paired(console, doc["paired"], by)
     notes = []
     if exp["other_arm_requests"]:
         notes.append(f"{exp['other_arm_requests']:,} requests of other arms left out")
@@ -284,6 +311,19 @@ def _print_table(doc: dict[str, Any], by: tuple[str, ...]) -> None:
         notes.append(f"{exp['users_folded']:,} users past the per-user cap share hashed buckets")
     for note in notes:
         console.print(note)
+
+
+def _print_paired(console: Any, rows: list[dict[str, Any]], by: tuple[str, ...]) -> None:
+    from rich.table import Table
+
+    table = Table(title="paired over the requests both models scored (AUC-ROC: items, DeLong)", title_justify="left")
+    for col in ("metric", "treatment", *by, "n pairs", "diff", "stderr", "diff [fixed]"):
+        table.add_column(col, justify="left" if col in ("metric", "treatment", *by) else "right")
+    for r in rows:
+        table.add_row(r["metric"], r["treatment"], *(r[b] for b in by), f"{r['n_pairs']:,}",
+                      "-" if r["diff"] is None else f"{r['diff']:+.4f}", _fmt(r["stderr"]),
+                      _interval(r["diff_ci"]))  # fmt: skip
+    console.print(table)
 
 
 def prometheus_data(url: str, spec_name: str | None, base: Any, *, timeout_s: float = 10.0) -> Any:

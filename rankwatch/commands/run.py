@@ -134,6 +134,16 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
             watcher.load_initial()
             # Reloads run as an APScheduler job, off the consuming thread: a slow disk never delays a poll.
             scheduler = ExporterScheduler(baselines=watcher, reload_interval_s=cfg.baseline_reload_ms / 1000)
+        if cfg.transfer_ledgers:  # issue 21: statistics at load time, on the scheduler's thread
+            from rankwatch.exporters.transfer import TransferWatcher
+
+            ledgers = TransferWatcher(list(cfg.transfer_ledgers), state, seed=cfg.transfer_seed,
+                                      resamples=cfg.transfer_resamples)  # fmt: skip
+            ledgers.load_initial()
+            scheduler = ExporterScheduler(
+                baselines=watcher, reload_interval_s=cfg.baseline_reload_ms / 1000,
+                transfer=ledgers.reload, transfer_interval_s=cfg.transfer_reload_ms / 1000,
+            )  # fmt: skip
 
     def on_health(health: ServiceHealth) -> None:
         if feed is not None:
