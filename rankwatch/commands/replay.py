@@ -201,27 +201,33 @@ def _summary(stats: Any) -> str:
 
 
 def _print_table(doc: dict[str, Any]) -> None:
+    """The result document as ``rankwatch offline --format table`` shows a baseline: a row per slice, each
+    metric as its value ± 1.96 standard errors."""
     from rich.console import Console
     from rich.table import Table
 
-    rows = [{"slice": "overall", **doc["overall"]}]
-    for s in doc["slices"]:
-        labels = {k: v for k, v in s.items() if k in ("segment", "surface", "variant", "model")}
-        rows.append({"slice": " ".join(f"{k}={v}" for k, v in labels.items()),
-                     **{k: v for k, v in s.items() if k not in labels}})
-    # Lists (click-through by rank) and the GAUC group counts are in --format json; the table keeps scalars.
-    columns = [c for c in rows[0] if not isinstance(rows[0][c], list) and not c.startswith("gauc_")]
-    table = Table(show_header=True)
-    for c in columns:
-        table.add_column(c, justify="left" if c == "slice" else "right", no_wrap=c == "slice")
-    for r in rows:
-        table.add_row(*(_cell(r.get(c)) for c in columns))
-    Console(width=200).print(table)
+    from rankwatch.commands.offline import _with_error
 
+    labels = [k for k in ("segment", "surface", "variant", "model") if doc["slices"] and k in doc["slices"][0]]
+    names = list(doc["overall"].get("stderr", {}))
+    console = Console(width=None if sys.stdout.isatty() else 1000, soft_wrap=False, highlight=False)
+    table = Table(title="rankwatch replay (largest window, merged)", title_justify="left")
+    for lbl in labels or ["slice"]:
+        table.add_column(lbl)
+    for col in ("requests", "with relevant", "items", *names):
+        table.add_column(col, justify="right")
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)
+    def row(entry: dict[str, Any]) -> list[str]:
+        requests = int(entry["requests"])
+        share = entry["requests_with_relevant"] / requests if requests else 0.0
+        ses = entry.get("stderr", {})
+        return [f"{requests:,}", f"{share:.1%}", f"{int(entry['items']):,}",
+                *(_with_error(entry.get(n), ses.get(n)) for n in names)]
+
+    table.add_row(*(["overall"] + ["all"] * (len(labels) - 1) if labels else ["overall"]), *row(doc["overall"]),
+                  style="bold")
+    for entry in doc["slices"]:
+        table.add_row(*(str(entry[lbl]) for lbl in labels), *row(entry))
+    console.print(table)
+    console.print("metric cells: value ± 1.96 standard errors (a 95 % interval; '-' where undefined); "
+                  "GAUC group counts and click-through by position are in --format json")
