@@ -76,7 +76,7 @@ def check_copartitioned(client_kwargs: dict[str, Any], impressions: str, clicks:
     if counts[impressions] != counts[clicks]:
         raise TopicError(
             f"topics are not co-partitioned: {impressions!r} has {counts[impressions]} partitions, "
-            f"{clicks!r} has {counts[clicks]}; both must have the same count and be keyed by request_id"
+            f"{clicks!r} has {counts[clicks]}; both must have the same count, and producers must key both by request_id (or both by user_id)"
         )
     return counts[impressions]
 

@@ -40,7 +40,7 @@ def _cutoffs(value: str | None, option: str) -> tuple[int, ...] | None:
 @click.command(name="offline")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="table: for people; json: the result document (SPEC section 4).")
+              help="table: for people; json: the result document (docs/cli.md).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also write a baseline file (result + metadata) that the service loads.")
 @click.option("--k", "k", default=None, metavar="K[,K...]",
