@@ -38,6 +38,23 @@ class Stopped(Exception):
     """The wait was abandoned because the process is stopping (SIGTERM)."""
 
 
+# The digest of kafka-python 3.0.12's ``KafkaTCPTransport._read_from_sock`` source, the method
+# :func:`install_recv_fix` replaces; tests/consumers/test_fetch_compat.py fails when it differs.
+RECV_FIX_VERIFIED_DIGEST = "572fe643c70751bf"
+
+
+def recv_source_digest() -> str:
+    """The first 16 hex digits of the SHA-256 of the installed ``_read_from_sock`` source (the original)."""
+    import hashlib
+    import inspect
+
+    from kafka.net import transport
+
+    original = getattr(transport.KafkaTCPTransport, "_rankwatch_original_read", None) or \
+        transport.KafkaTCPTransport._read_from_sock
+    return hashlib.sha256(inspect.getsource(original).encode()).hexdigest()[:16]
+
+
 def install_recv_fix() -> None:
     """Deliver the bytes read before the broker closed the connection, then close it (idempotent).
 
@@ -51,6 +68,12 @@ def install_recv_fix() -> None:
 
     cls: Any = transport.KafkaTCPTransport
     if getattr(cls, "_rankwatch_recv_fix", False):
+        return
+    if (found := recv_source_digest()) != RECV_FIX_VERIFIED_DIGEST:
+        # Another kafka-python: replacing a method it changed could break its reads. Leave it; the cause
+        # of an authentication failure is then named from the log only (tests fail on this, see below).
+        log.warning("kafka-python's KafkaTCPTransport._read_from_sock is not the one the recv repair was "
+                    "verified on (digest %s, expected %s): repair not installed", found, RECV_FIX_VERIFIED_DIGEST)
         return
 
     async def _read_from_sock(self: Any) -> Any:
@@ -71,6 +94,7 @@ def install_recv_fix() -> None:
                 return self.abort(error=err)
         return None
 
+    cls._rankwatch_original_read = cls._read_from_sock
     cls._read_from_sock = _read_from_sock
     cls._rankwatch_recv_fix = True
 

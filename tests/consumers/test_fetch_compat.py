@@ -227,3 +227,15 @@ def test_missing_internals_names_each_absent_attribute() -> None:
 
     assert missing_internals(Bare()) == [
         f"{owner}.{name}" if owner else name for owner, name in PRIVATE_INTERNALS]
+
+
+def test_the_recv_repair_replaces_the_method_it_was_verified_on() -> None:
+    from rankwatch.consumers.connect import RECV_FIX_VERIFIED_DIGEST, install_recv_fix, recv_source_digest
+
+    assert recv_source_digest() == RECV_FIX_VERIFIED_DIGEST, (
+        "kafka-python's KafkaTCPTransport._read_from_sock changed: re-read consumers/connect.install_recv_fix")
+    install_recv_fix()
+    from kafka.net import transport
+
+    assert getattr(transport.KafkaTCPTransport, "_rankwatch_recv_fix", False)
+    assert recv_source_digest() == RECV_FIX_VERIFIED_DIGEST  # the original's, also once installed
