@@ -68,8 +68,9 @@ class RunConfig:
     stream: StreamConfig
     exporter: ExporterSettings = ExporterSettings()
     windows_out: Path | None = None
-    baselines: tuple[Path, ...] = ()
+    baselines: tuple[Path, ...] = ()  # [baselines] files (each must exist at start)
     baseline_reload_ms: int = 10_000
+    baseline_directory: Path | None = None  # [baselines] directory: its *.json, rescanned at every reload
     source: Path | None = field(default=None, compare=False)
     experiments: tuple[ExperimentSpec, ...] = ()  # [[experiments]] (docs/experiments.md)
 
@@ -159,15 +160,17 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
     out = r["output"].get("windows_out", str, "")
     bl = r["baselines"]
     files = [base / f for f in bl.strings("files", ())]
+    for f in files:
+        if not f.is_file():
+            raise bl.fail("files", f"no such file: {f}")
     directory = bl.get("directory", str, "")
-    if directory:
-        d = base / directory
-        if not d.is_dir():
-            raise bl.fail("directory", f"not a directory: {d}")
-        files += sorted(d.glob("*.json"))
+    d = base / directory if directory else None
+    if d is not None and not d.is_dir():
+        raise bl.fail("directory", f"not a directory: {d}")
     return RunConfig(kafka=kafka, stream=stream, exporter=exporter,
                      windows_out=(base / out) if out else None, baselines=tuple(files),
-                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments)
+                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), baseline_directory=d,
+                     experiments=experiments)
 
 
 def experiments_from_toml(value: Any, *, where: str = "config") -> tuple[ExperimentSpec, ...]:
