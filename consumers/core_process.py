@@ -53,6 +53,7 @@ from rankwatch.pipeline.events.mapping import EventMapping
 from rankwatch.pipeline.events.translate import translator_for
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor, StreamStats
+from rankwatch.pipeline.stream.snapshot import ConfigChanged
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,8 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
                     processors.pop(h, None)
             else:
                 raise ValueError(f"unknown request {op!r}")
+        except ConfigChanged as e:  # an expected answer: the consuming side starts the pair fresh and says so
+            error = e
         except Exception as e:  # noqa: BLE001 - sent back, raised on the consuming side
             error = e
             log.error("core process: %s failed:\n%s", op, traceback.format_exc())

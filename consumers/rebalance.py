@@ -28,6 +28,7 @@ from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointError, CheckpointRef
 from rankwatch.consumers.fetch_compat import stale_leader_assignment
 from rankwatch.consumers.outage import FatalKafkaError, is_fatal, is_retriable, one_line
+from rankwatch.pipeline.stream.snapshot import ConfigChanged
 
 log = logging.getLogger("rankwatch.consumers.service")
 
@@ -41,6 +42,7 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         self.svc = service  # the ConsumerService (not imported: service imports this module)
         self.restoring: dict[int, tuple[Any, Any]] = {}  # pair -> (impressions tp, clicks tp), paused
         self.fatal: BaseException | None = None  # raised by the loop (an exception here would be swallowed)
+        self.config_changes_logged: set[str] = set()  # one warning per change, not per pair
 
     # -- listener (kafka-python's I/O thread, while the loop is inside poll) ----------------------------
     async def on_partitions_revoked(self, revoked: Any) -> None:
@@ -187,7 +189,18 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         if not ok or got is None:
             return None
         checkpoint, orphans = got
-        processor = svc._cores.restore(checkpoint.snapshot)
+        try:
+            processor = svc._cores.restore(checkpoint.snapshot)
+        except ConfigChanged as e:
+            # windows, attribution, slices or metric options changed since the checkpoint: its windows and
+            # join state mean something else now. Start the pair fresh from the checkpoint's offsets, as a
+            # new group would (docs/config-changes.md); the next checkpoint replaces this one.
+            what = "; ".join(e.changes)
+            level = logging.DEBUG if what in self.config_changes_logged else logging.WARNING
+            self.config_changes_logged.add(what)
+            log.log(level, "the configuration changed since the checkpoint of pair %d (%s): its pairs start fresh "
+                    "from their checkpoints' offsets, without their open windows and pending requests", p, what)
+            processor = svc._cores.new((p,))
         pair = PartitionPair(p, imp_tp, clk_tp, processor,
                              {imp_tp: checkpoint.impressions_offset, clk_tp: checkpoint.clicks_offset}, ref,
                              max_skew_ms=skew)

@@ -9,7 +9,10 @@ Reload semantics (:class:`BaselineWatcher`): a file is re-read when its modifica
 changes. A file that cannot be read (corrupt, half written, deleted) keeps the last good baseline in
 service, sets ``rankwatch_baseline_loaded{baseline}`` to 0, and is retried at every reload until a good
 version appears; every failed attempt counts in ``rankwatch_baseline_load_errors_total{baseline}``, so
-``increase(...[15m]) > 0`` stays true for as long as the file stays broken.
+``increase(...[15m]) > 0`` stays true for as long as the file stays broken. A file computed with other
+metric options or other slice labels than the service's (:class:`BaselineExpectation`) is a broken file too:
+its drift would compare different quantities. A ``directory`` is rescanned at every reload: a new ``*.json``
+starts serving, a removed one stops.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any, Protocol
 
 from rankwatch.exporters.series import SeriesValues
 from rankwatch.pipeline.metrics.drift import ScoreDistribution
-from rankwatch.pipeline.offline.baseline import parse_baseline
+from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.offline.baseline import baseline_mismatch, parse_baseline
 
 
 class BaselineSink(Protocol):
@@ -51,21 +55,34 @@ class LoadedBaseline:
     rows: tuple[tuple[Mapping[str, str], SeriesValues], ...]  # raw labels -> values, overall first
 
 
+@dataclass(frozen=True)
+class BaselineExpectation:
+    """What a baseline must have been computed with to be comparable: the service's options and slices."""
+
+    options: MetricOptions
+    slice_by: tuple[str, ...]
+
+
 def baseline_name(path: Path) -> str:
     """The ``baseline`` label of a file: its file name (bounded by configuration, stable across reloads)."""
     return path.name
 
 
-def parse_baseline_file(data: bytes, *, path: Path) -> LoadedBaseline:
+def parse_baseline_file(data: bytes, *, path: Path, expect: BaselineExpectation | None = None) -> LoadedBaseline:
     """Parse and validate a baseline file's bytes (``pipeline.offline.baseline.parse_baseline`` validates).
 
-    Raises ``ValueError`` naming the file and what is wrong.
+    Raises ``ValueError`` naming the file and what is wrong, including (with ``expect``) the first metric
+    option or slice label that differs from the service's.
     """
     try:
         doc = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a baseline file: invalid JSON ({e})") from None
     baseline = parse_baseline(doc, source=str(path))
+    if expect is not None:
+        why = baseline_mismatch(baseline, expect.options, expect.slice_by)
+        if why is not None:
+            raise ValueError(f"{path}: computed with other metric options: {why}")
     metric_names = baseline.options.metric_names
     rows = [(_labels({}, baseline.variant), _values(baseline.overall, metric_names))]
     for entry in baseline.result["slices"]:
@@ -100,8 +117,8 @@ def _values(entry: Mapping[str, Any], metric_names: tuple[str, ...]) -> SeriesVa
     )  # fmt: skip
 
 
-def load_baseline_file(path: str | os.PathLike[str]) -> LoadedBaseline:
-    """Read one baseline file. Raises ``OSError`` (missing, unreadable) or ``ValueError`` (corrupt)."""
+def load_baseline_file(path: str | os.PathLike[str], *, expect: BaselineExpectation | None = None) -> LoadedBaseline:
+    """Read one baseline file. Raises ``OSError`` (missing, unreadable) or ``ValueError`` (corrupt, other options)."""
     p = Path(path)
     before = p.stat()
     data = p.read_bytes()
@@ -111,7 +128,7 @@ def load_baseline_file(path: str | os.PathLike[str]) -> LoadedBaseline:
     ) != after.st_size:
         # Being written while we read it: treat as unreadable now; the next poll sees the final version.
         raise ValueError(f"{p}: changed while being read")
-    return parse_baseline_file(data, path=p)
+    return parse_baseline_file(data, path=p, expect=expect)
 
 
 @dataclass(frozen=True)
@@ -125,19 +142,41 @@ class BaselineWatcher:
     """Keeps the baselines of ``paths`` loaded into a :class:`BaselineSink` and reloads changed files.
 
     :meth:`reload` is what the APScheduler job calls; it is safe to call from any thread (one reload at
-    a time). The order of ``paths`` decides which file wins when two give the same label set.
+    a time). The order of ``paths`` decides which file wins when two give the same label set; the
+    ``*.json`` files of ``directory`` (rescanned at every reload, sorted by name) come after them.
+    ``expect`` rejects files computed with other metric options or slice labels.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike[str]], state: BaselineSink) -> None:
-        self.paths = [Path(p) for p in paths]
-        names = [baseline_name(p) for p in self.paths]
-        if len(set(names)) != len(names):
-            raise ValueError("baseline files must have distinct file names (the name is the series label)")
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], state: BaselineSink, *,
+                 directory: str | os.PathLike[str] | None = None,
+                 expect: BaselineExpectation | None = None) -> None:
+        self._listed = [Path(p) for p in paths]
+        self.directory = None if directory is None else Path(directory)
+        self.expect = expect
+        self.paths = list(self._listed)
+        self._rescan()
         self._state = state
         self._lock = threading.Lock()
         self._stamps: dict[Path, _FileStamp | None] = {}
         self._loaded: dict[Path, LoadedBaseline] = {}
         self.last_errors: dict[str, str] = {}
+
+    def _rescan(self) -> bool:
+        """Listed files, then the directory's ``*.json`` files; True when the set changed."""
+        paths = list(self._listed)
+        if self.directory is not None:
+            try:
+                found = sorted(self.directory.glob("*.json"))
+            except OSError as e:  # the directory went away: keep what it held, report it
+                log.warning("baseline directory %s not rescanned: %s", self.directory, e)
+                found = [p for p in self.paths if p not in self._listed]
+            paths += [p for p in found if p not in self._listed]
+        names = [baseline_name(p) for p in paths]
+        if len(set(names)) != len(names):
+            raise ValueError("baseline files must have distinct file names (the name is the series label)")
+        changed = paths != self.paths
+        self.paths = paths
+        return changed
 
     def load_initial(self, *, strict: bool = False) -> None:
         """First load. With ``strict``, a missing or corrupt file raises instead of being reported."""
@@ -151,7 +190,15 @@ class BaselineWatcher:
     def reload(self) -> bool:
         """Re-read files whose stamp changed; returns True when the served baselines changed."""
         with self._lock:
-            changed = False
+            try:
+                changed = self._rescan()
+            except ValueError as e:  # a new file in the directory repeats a listed file's name
+                log.warning("baseline directory %s: %s; not rescanned", self.directory, e)
+                changed = False
+            for path in [p for p in {*self._loaded, *self._stamps} if p not in self.paths]:
+                changed |= self._loaded.pop(path, None) is not None  # removed from the directory: not served
+                self._stamps.pop(path, None)
+                self.last_errors.pop(baseline_name(path), None)
             for path in self.paths:
                 stamp = _stamp(path)
                 failed = baseline_name(path) in self.last_errors
@@ -169,7 +216,7 @@ class BaselineWatcher:
         try:
             if stamp is None:
                 raise FileNotFoundError(f"{path}: no such file")
-            baseline = load_baseline_file(path)
+            baseline = load_baseline_file(path, expect=self.expect)
         except (OSError, ValueError) as e:
             # Warn once per distinct problem: a broken file is retried at every reload.
             level = logging.DEBUG if self.last_errors.get(name) == str(e) else logging.WARNING

@@ -84,8 +84,9 @@ class RunConfig:
     stream: StreamConfig
     exporter: ExporterSettings = ExporterSettings()
     windows_out: Path | None = None
-    baselines: tuple[Path, ...] = ()
+    baselines: tuple[Path, ...] = ()  # [baselines] files (each must exist at start)
     baseline_reload_ms: int = 10_000
+    baseline_directory: Path | None = None  # [baselines] directory: its *.json, rescanned at every reload
     source: Path | None = field(default=None, compare=False)
     experiments: tuple[ExperimentSpec, ...] = ()  # [[experiments]] (docs/experiments.md)
     events: EventMapping = IDENTITY  # [events.impressions] / [events.clicks] (docs/mapping.md)
@@ -183,19 +184,20 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
     out = r["output"].get("windows_out", str, "")
     bl = r["baselines"]
     files = [base / f for f in bl.strings("files", ())]
+    for f in files:
+        if not f.is_file():
+            raise bl.fail("files", f"no such file: {f}")
     directory = bl.get("directory", str, "")
-    if directory:
-        d = base / directory
-        if not d.is_dir():
-            raise bl.fail("directory", f"not a directory: {d}")
-        files += sorted(d.glob("*.json"))
+    d = base / directory if directory else None
+    if d is not None and not d.is_dir():
+        raise bl.fail("directory", f"not a directory: {d}")
     timestamps = r["kafka"].get("timestamps", str, "record")
     if timestamps not in ("record", "event"):
         raise r["kafka"].fail("timestamps", f"must be 'record' or 'event', got {timestamps!r}")
     cfg = RunConfig(kafka=kafka, stream=stream, exporter=exporter,
                     windows_out=(base / out) if out else None, baselines=tuple(files),
-                    baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), experiments=experiments,
-                    events=EventMapping.from_tables(raw.get("events"), where=where),
+                    baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), baseline_directory=d,
+                    experiments=experiments, events=EventMapping.from_tables(raw.get("events"), where=where),
                     schema_registry=_registry(r["schema_registry"], base) if "schema_registry" in raw else None,
                     timestamps=timestamps)
     return _with_transfer(cfg, r["transfer"], base)

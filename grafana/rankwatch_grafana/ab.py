@@ -46,9 +46,11 @@ def ab_dashboard() -> dashboard.Dashboard:
         "Ranking quality per variant side by side: whole population, lift over the control variant, "
         "per slice, fleet-exact running means and sample sizes.",
     )
-    source = 'rankwatch_ranking_requests{source="online"}'
+    # The control is one of the variants (no series has a `control` label): the online variants, excluding
+    # the roll-up value "all"; "control" is preselected when a variant has that name.
     control = label_variable(
-        "control", "Control variant", source, multi=False, include_all=False, default="control"
+        "control", "Control variant", 'rankwatch_ranking_requests{source="online", variant!="all"}',
+        multi=False, include_all=False, default="control", of="variant",
     )
     experiment = label_variable("experiment", "Experiment", "rankwatch_experiment_expected_share")
     interval = (

@@ -198,13 +198,14 @@ def label_variable(
     multi: bool = True,
     include_all: bool = True,
     default: str | None = None,
+    of: str | None = None,
 ) -> dashboard.QueryVariable:
-    """A variable over the values of label ``name`` of ``source``; "All" is the regex ``.*``."""
+    """A variable over the values of label ``of`` (default: ``name``) of ``source``; "All" is the regex ``.*``."""
     var = (
         dashboard.QueryVariable(name)
         .label(label)
         .datasource(DATASOURCE)
-        .query(f"label_values({source}, {name})")
+        .query(f"label_values({source}, {of or name})")
         .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(models.VariableSort.ALPHABETICAL_ASC)
         .multi(multi)

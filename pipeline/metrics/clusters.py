@@ -42,11 +42,13 @@ def request_buckets(scores: FloatArray, lengths: IntArray) -> IntArray:
     """Bucket (``0 <= b < N_CLUSTERS``) of every list: a splitmix64 hash of its scores' bits and length.
 
     Order-free within the list (a wrapping sum), so the same request always lands in the same bucket.
+    The hash is of the score values, not their spelling: ``-0.0`` counts as ``0.0`` (a ground truth written
+    by pandas, or any JSON writer that drops the sign of zero, must put the request in the same bucket).
     """
     n = lengths.size
     if n == 0:
         return np.zeros(0, np.int64)
-    bits = np.ascontiguousarray(scores, dtype=np.float64).view(np.uint64)
+    bits = (np.asarray(scores, dtype=np.float64) + 0.0).view(np.uint64)  # + 0.0: -0.0 becomes 0.0
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     h = np.zeros(n, dtype=np.uint64)
     full = lengths > 0

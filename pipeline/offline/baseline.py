@@ -346,6 +346,33 @@ def parse_baseline(doc: Any, *, source: str = "<baseline>") -> Baseline:
     )
 
 
+# Options that change what a metric value means; a baseline computed with other values is not comparable
+# with the online windows. ``max_distinct_scores``, ``gauc_max_items``, ``ctr_ranks`` and ``drift_bins`` only
+# bound memory or the resolution of a side statistic, so they may differ.
+MEANING_OPTIONS = ("ndcg_cutoffs", "map_cutoffs", "gain", "map_normalization", "no_relevant",
+                   "precision_cutoffs", "recall_cutoffs", "hit_rate_cutoffs", "gauc_group", "gauc_weight")
+
+
+def baseline_mismatch(baseline: Baseline, options: MetricOptions, slice_by: tuple[str, ...]) -> str | None:
+    """Why ``baseline`` cannot be compared with windows computed with ``options`` and sliced by ``slice_by``.
+
+    Returns ``None`` when it can, else one phrase naming the first differing option, e.g.
+    ``"gain is 'linear' in the baseline, 'exponential' in the service"``. The slice labels must be the same
+    set, except that a baseline of one variant (top-level ``variant``) need not split on ``variant``.
+    """
+    mine, theirs = baseline.options.to_dict(), options.to_dict()
+    for name in MEANING_OPTIONS:
+        if mine[name] != theirs[name]:
+            return f"{name} is {mine[name]!r} in the baseline, {theirs[name]!r} in the service"
+    wanted = set(slice_by)
+    if baseline.variant is not None and "variant" not in baseline.slice_by:
+        wanted.discard("variant")
+    if set(baseline.slice_by) != wanted:
+        return (f"slice_by is {sorted(baseline.slice_by)!r} in the baseline, {sorted(wanted)!r} in the service"
+                " (rankwatch offline --by)")
+    return None
+
+
 _TOP_KEYS = ("created", "inputs", "rows", "skipped_rows", "model", "variant", "options", "slice_by", "result")
 
 

@@ -2,8 +2,9 @@
 
 A snapshot is ``{"format": "rankwatch-stream", "version": 1, "config": {...}, "state": {...}}``. The
 ``config`` part holds the settings the state's meaning depends on (window sizes, attribution window,
-finalization step, slice labels, metric options); restoring under different ones is refused, while caps
-and timeouts may change between runs.
+finalization step, slice labels, metric options); restoring under different ones raises
+:class:`ConfigChanged` naming every difference (the service then starts that pair fresh from the
+checkpoint's offsets: docs/config-changes.md), while caps and timeouts may change between runs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,17 @@ VERSION = 1
 
 class SnapshotError(ValueError):
     """The bytes are not a snapshot this version can restore, or were made under an incompatible config."""
+
+
+class ConfigChanged(SnapshotError):
+    """The snapshot was taken under other settings its meaning depends on; ``changes`` names each one."""
+
+    def __init__(self, changes: list[str]) -> None:
+        super().__init__("snapshot was taken with " + "; ".join(changes))
+        self.changes = list(changes)
+
+    def __reduce__(self) -> tuple[object, ...]:  # crosses the core process boundary by pickle
+        return (type(self), (self.changes,))
 
 
 def encode_snapshot(config: dict[str, Any], state: dict[str, Any]) -> bytes:
@@ -35,8 +47,8 @@ def decode_snapshot(data: bytes, config: dict[str, Any]) -> dict[str, Any]:
     if doc.get("version") != VERSION:
         raise SnapshotError(f"snapshot version {doc.get('version')!r} is not supported (expected {VERSION})")
     saved = doc["config"]
-    for key, value in config.items():
-        if saved.get(key) != value:
-            raise SnapshotError(f"snapshot was taken with {key}={saved.get(key)!r}, now {value!r}")
+    changes = [f"{key}={saved.get(key)!r}, now {value!r}" for key, value in config.items() if saved.get(key) != value]
+    if changes:
+        raise ConfigChanged(changes)
     state: dict[str, Any] = doc["state"]
     return state

@@ -119,7 +119,7 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         targets.append(writer.write)
     state = server = watcher = scheduler = experiments = feed = None
     if cfg.exporter.enabled:
-        from rankwatch.exporters.baselines import BaselineWatcher
+        from rankwatch.exporters.baselines import BaselineExpectation, BaselineWatcher
         from rankwatch.exporters.collector import build_registry
         from rankwatch.exporters.http import MetricsServer
         from rankwatch.exporters.scheduling import ExporterScheduler
@@ -129,9 +129,14 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         experiments = experiment_collector(cfg)
         feed = ExporterFeed(state, experiments=experiments)  # exporter updates off the consuming thread
         targets.append(feed.add)
-        if cfg.baselines:
-            watcher = BaselineWatcher(list(cfg.baselines), state)
-            watcher.load_initial()
+        if cfg.baselines or cfg.baseline_directory is not None:
+            expect = BaselineExpectation(cfg.stream.metric_options, cfg.stream.slice_spec.by)
+            try:  # missing, corrupt or other options at start: an error (later, the last good one keeps serving)
+                watcher = BaselineWatcher(list(cfg.baselines), state, directory=cfg.baseline_directory,
+                                          expect=expect)
+                watcher.load_initial(strict=True)
+            except ValueError as e:
+                raise RankwatchError(f"baselines: {e}") from None
             # Reloads run as an APScheduler job, off the consuming thread: a slow disk never delays a poll.
             scheduler = ExporterScheduler(baselines=watcher, reload_interval_s=cfg.baseline_reload_ms / 1000)
         if cfg.transfer_ledgers:  # issue 21: statistics at load time, on the scheduler's thread

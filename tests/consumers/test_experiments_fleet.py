@@ -8,7 +8,6 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -123,18 +122,44 @@ def test_one_and_two_instances_record_the_same_lift(kafka_broker: Any, unique: s
             logs = "\n".join(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-25:])
                              for f in sorted(tmp_path.glob("*.log")))
             raise AssertionError(f"{e}: {n_requests} requests, the sums got {got}\n{logs}") from None
-        time.sleep(3)  # a few more rule evaluations on the final sums
-        values: dict[str, dict[tuple[str, ...], float]] = {}
-        for rule in CHECKED:
-            for r in _query(base, rule):
-                m = r["metric"]
-                key = (rule, m["arm"], m["metric"], m["segment"], m["surface"])
-                values.setdefault(m["experiment"], {})[key] = float(r["value"][1])
+        report = experiment_report(experiment_cells(validate_evaluation_frame(truth),
+                                                    ExperimentSpec(name="x", min_requests=50)))
+
+        def collect() -> dict[str, dict[tuple[str, ...], float]]:
+            values: dict[str, dict[tuple[str, ...], float]] = {}
+            for rule in CHECKED:
+                for r in _query(base, rule):
+                    m = r["metric"]
+                    key = (rule, m["arm"], m["metric"], m["segment"], m["surface"])
+                    values.setdefault(m["experiment"], {})[key] = float(r["value"][1])
+            return values
+
+        # Every checked rule of every experiment, evaluated on the final sums: polled until all of them agree
+        # (each rule evaluates on its own schedule after the sums completed), not read once after a sleep.
+        last: list[AssertionError] = []
+
+        def settled() -> bool:
+            try:
+                _check_rules(collect(), report)
+            except (AssertionError, KeyError) as e:
+                last[:] = [AssertionError(f"{type(e).__name__}: {e}")]
+                return False
+            return True
+
+        try:
+            wait_for(settled, timeout=60, what="the checked experiment rules on the final sums of both setups",
+                     procs=tuple(procs))
+        except AssertionError as e:
+            raise AssertionError(f"{e}; last check: {last[0] if last else 'none'}") from None
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)
         for p in procs:
             assert stop_run(p) == 0
+
+
+def _check_rules(values: dict[str, dict[tuple[str, ...], float]], report: dict[str, Any]) -> None:
+    """Both setups give the same experiment rules, and they are ``rankwatch ab``'s numbers on the truth."""
     one, two = values["one"], values["two"]
     assert one.keys() == two.keys() and len(one) >= len(CHECKED) * 7
     for key, value in one.items():
@@ -147,7 +172,6 @@ def test_one_and_two_instances_record_the_same_lift(kafka_broker: Any, unique: s
         assert two_user[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
     assert any(abs(one_user[k] - one[k]) > 1e-6 for k in one if k[0].endswith(":upper"))  # wider: users
     # ... and both are rankwatch ab's numbers on the ground truth (z instead of t for the fixed interval).
-    report = experiment_report(experiment_cells(validate_evaluation_frame(truth), ExperimentSpec(name="x", min_requests=50)))
     for c in report["comparisons"]:
         key = ("rankwatch:experiment_lift_sequential:upper", "treatment", c["metric"], c["segment"], c["surface"])
         if key in one and c["lift_ci_sequential"] is not None:

@@ -196,3 +196,47 @@ def parse_exposition_of(state: MetricsState):
     from prometheus_client import generate_latest
 
     return parse_exposition(generate_latest(build_registry(state)).decode())
+
+
+def test_directory_is_rescanned_and_other_options_are_refused_at_reload(tmp_path) -> None:
+    from dataclasses import replace
+
+    from exporter_helpers import OPTIONS
+
+    from rankwatch.exporters.baselines import BaselineExpectation
+
+    rng = np.random.default_rng(17)
+    first, second = random_window(rng, KEYS), random_window(rng, KEYS)
+    write_baseline_file(str(tmp_path / "a.json"), first.overall, first.slices)
+    state = MetricsState()
+    expect = BaselineExpectation(OPTIONS, ("segment", "surface"))
+    watcher = BaselineWatcher([], state, directory=tmp_path, expect=expect)
+    watcher.load_initial(strict=True)
+    assert state.snapshot().baseline_slices == {"a.json": 3}
+    # A file added to the directory after start serves at the next reload; a removed one stops serving.
+    write_baseline_file(str(tmp_path / "b.json"), second.overall, second.slices, variant="treatment")
+    assert watcher.reload()
+    assert set(state.snapshot().baseline_slices) == {"a.json", "b.json"}
+    (tmp_path / "a.json").unlink()
+    assert watcher.reload()
+    snap = state.snapshot()
+    assert set(snap.baseline_slices) == {"b.json"}
+    assert ("all", "all", "all") not in snap.offline and ("all", "all", "treatment") in snap.offline
+    # Rewritten with other options: refused, the last good version keeps serving, the error names the option.
+    expect_linear = BaselineExpectation(replace(OPTIONS, gain="linear"), ("segment", "surface"))
+    strict = BaselineWatcher([tmp_path / "b.json"], MetricsState(), expect=expect_linear)
+    with pytest.raises(ValueError, match="computed with other metric options: gain is 'exponential' in the baseline, "
+                                         "'linear' in the service"):
+        strict.load_initial(strict=True)
+    by_segment = BaselineExpectation(OPTIONS, ("segment",))
+    with pytest.raises(ValueError, match=r"slice_by is \['segment', 'surface'\] in the baseline, \['segment'\]"):
+        BaselineWatcher([tmp_path / "b.json"], MetricsState(), expect=by_segment).load_initial(strict=True)
+    # A per-variant file need not split on variant when the service does.
+    with_variant = BaselineExpectation(OPTIONS, ("segment", "surface", "variant"))
+    BaselineWatcher([tmp_path / "b.json"], MetricsState(), expect=with_variant).load_initial(strict=True)
+    watcher.expect = expect_linear
+    _bump_mtime(tmp_path / "b.json")
+    assert not watcher.reload()
+    assert "gain is 'exponential' in the baseline" in watcher.last_errors["b.json"]
+    snap = state.snapshot()
+    assert set(snap.baseline_slices) == {"b.json"} and snap.baseline_loaded["b.json"] is False

@@ -13,10 +13,14 @@ import pytest
 
 from rankwatch.cli import main
 from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.clusters import MAX_BINS
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.metrics.result import result_document
 from rankwatch.pipeline.traffic.generator import TrafficConfig, generate_with_truth
 
+# AUC SEs of folded states (past 16,384 items, docs/metrics.md 4a): measured up to 1.5 % apart (AUC-PR,
+# 19,120 items) between the stream and the rows at once; twice that is the bound.
+AUC_SE_FOLDED_REL = 0.03
 START = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 CFG = TrafficConfig(seed=31, start=START, duration_s=2 * 3600, requests_per_second=0.25, duplicate_rate=0.05,
                     malformed_rate=0.05, out_of_order_ms=30_000, item_form_share=0.2, rfc3339_share=0.3,
@@ -48,8 +52,10 @@ def close(got: dict, want: dict) -> None:
             elif k == "stderr":  # same keys; floats up to summation order
                 assert set(g[k]) == set(v)
                 for name, se in v.items():
-                    # AUC SEs of states beyond 16,384 cluster bins are approximate (docs/metrics.md 4a)
-                    rel = 5e-2 if name.startswith("auc") else 1e-9  # folded cluster states: docs/metrics.md 4a
+                    # AUC SEs are exact (summation order aside) within the 16,384-bin bound; a state past
+                    # it folds, and the fold depends on the merge order (docs/metrics.md 4a).
+                    folded = name.startswith("auc") and w["items"] > MAX_BINS
+                    rel = AUC_SE_FOLDED_REL if folded else 1e-12
                     assert g[k][name] == (None if se is None else pytest.approx(se, rel=rel)), name
             else:
                 assert g[k] == v, k

@@ -94,3 +94,43 @@ def test_exporter_tls_and_basic_auth_settings_resolve_relative_to_the_config(tmp
     half = {"exporter": {"tls_certfile": "cert.pem"}}
     with pytest.raises(Exception, match="exporter.tls_keyfile: TLS needs both"):
         config_from_dict(half, base=tmp_path)
+
+
+EXAMPLE_EVAL = Path(__file__).resolve().parents[2] / "examples" / "eval.csv"
+
+
+def _baseline(tmp_path: Path, name: str, *options: str) -> Path:
+    out = tmp_path / name
+    assert main(["offline", str(EXAMPLE_EVAL), "--output", str(out), *options]) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        (("--gain", "linear"), "gain is 'linear' in the baseline, 'exponential' in the service"),
+        (("--ndcg-k", "3"), "ndcg_cutoffs is [3] in the baseline, [5, 10] in the service"),
+        (("--map-norm", "min-relevant-k"), "map_normalization is 'min_relevant_k' in the baseline"),
+        (("--by", "segment"), "slice_by is ['segment'] in the baseline, ['segment', 'surface'] in the service"),
+    ],
+)
+def test_a_baseline_with_other_metric_options_stops_run_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: tuple[str, ...], needle: str
+) -> None:
+    path = _baseline(tmp_path, "other.json", *options)
+    capsys.readouterr()
+    rc, err = _run(tmp_path, f"[baselines]\nfiles = ['{path.name}']\n", capsys)
+    assert rc != 0
+    assert err.count("\n") == 1 and err.startswith("rankwatch: error: baselines: "), err
+    assert "other.json: computed with other metric options" in err and needle in err, err
+
+
+def test_a_missing_or_corrupt_baseline_at_start_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, err = _run(tmp_path, "[baselines]\nfiles = ['gone.json']\n", capsys)
+    assert rc != 0 and err.count("\n") == 1 and "baselines.files: no such file" in err and "gone.json" in err, err
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "half.json").write_text('{"format": "rankwatch-baseline/1", "result": {')
+    for text in ("[baselines]\nfiles = ['dir/half.json']\n", "[baselines]\ndirectory = 'dir'\n"):
+        rc, err = _run(tmp_path, text, capsys)
+        assert rc != 0 and err.count("\n") == 1, err
+        assert err.startswith("rankwatch: error: baselines: ") and "half.json: not a baseline file" in err, err

@@ -12,13 +12,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
 from offline_data import _close, assert_same_result, random_frame  # noqa: E402
 
+# No skip: pyspark is in the test extra, and a broken rankwatch.spark must fail here, not skip.
+import rankwatch.spark as spark_module  # noqa: E402
 from rankwatch.pipeline.metrics.options import MetricOptions  # noqa: E402
 from rankwatch.pipeline.offline.baseline import compute_baseline  # noqa: E402
 from rankwatch.pipeline.offline.readers import InvalidEvaluationData, read_evaluation_files  # noqa: E402
 from rankwatch.pipeline.slicing import SliceSpec  # noqa: E402
-
-pytest.importorskip("pyspark")
-spark_module = pytest.importorskip("rankwatch.spark")
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.slicing import SliceSpec
 from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor
 from rankwatch.pipeline.stream.snapshot import SnapshotError
 from rankwatch.pipeline.traffic.generator import TrafficConfig, generate_events
@@ -123,3 +126,28 @@ def test_restore_refuses_other_windows_and_garbage():
     # caps may change between runs
     bigger = StreamConfig(windows=("1m", "5m"), attribution_window_ms=120_000, max_pending_requests=10_000)
     assert StreamProcessor.restore(data, config=bigger, clock=ManualClock(START)).stats().pending_requests == 0
+
+
+@pytest.mark.parametrize(
+    ("changed", "names"),
+    [
+        ({"windows": ("1m", "10m")}, ["windows"]),
+        ({"attribution_window_ms": 60_000}, ["attribution_window_ms"]),
+        ({"slice_spec": SliceSpec(by=("segment", "surface", "variant"))}, ["slice_by"]),
+        ({"metric_options": MetricOptions(gain="linear")}, ["metric_options"]),
+        ({"windows": ("5m",), "slice_spec": SliceSpec(by=("segment",))}, ["windows", "slice_by"]),
+    ],
+)
+def test_a_changed_config_is_named_change_by_change(changed, names):
+    """What the service needs to start a pair fresh with one warning: every changed setting, by name, and
+    an exception that survives the core process boundary (pickle)."""
+    import pickle
+
+    from rankwatch.pipeline.stream.snapshot import ConfigChanged
+
+    data = StreamProcessor(STREAM, clock=ManualClock(START)).snapshot()
+    with pytest.raises(ConfigChanged) as info:
+        StreamProcessor.restore(data, config=dataclasses.replace(STREAM, **changed), clock=ManualClock(START))
+    assert [c.split("=")[0] for c in info.value.changes] == names
+    again = pickle.loads(pickle.dumps(info.value))
+    assert isinstance(again, ConfigChanged) and again.changes == info.value.changes and str(again) == str(info.value)
