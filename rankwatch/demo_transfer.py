@@ -1,7 +1,8 @@
 """The demo's model versions: a transfer ledger that fills in while the demo runs (issue 21, item 5).
 
 Layout: :class:`DemoVersions` (appends version comparisons to a ledger as event time passes, and re-reads
-the ledger into the exporter); :func:`transfer_line` (one plain line of the served corrected slopes).
+the ledger into the exporter); :func:`write_versions` (``rankwatch simulate --ledger``: a run of versions
+spread over the traffic's event time); :func:`transfer_line` (one plain line of the served corrected slopes).
 
 Version ``k`` of :mod:`pipeline.traffic.versions` is compared with ``k - 1`` every ``every_s`` seconds of
 event time; ``history`` versions are written at start-up with ``recorded_at`` in the past (a ledger a team
@@ -26,7 +27,7 @@ from rankwatch.exporters.transfer import TransferWatcher
 from rankwatch.pipeline.traffic.versions import VersionTransfer, version_comparison
 from rankwatch.pipeline.transfer.ledger import append_to_ledger
 
-__all__ = ["DemoVersions", "transfer_line"]
+__all__ = ["DemoVersions", "transfer_line", "write_versions"]
 
 
 def _rfc3339(at: datetime) -> str:
@@ -71,6 +72,15 @@ class DemoVersions:
     def _write(self, k: int, at: datetime) -> None:
         append_to_ledger(self.ledger, version_comparison(self.config, k, recorded_at=_rfc3339(at)))
         self.versions = k
+
+
+def write_versions(ledger: Path, *, seed: int, start: datetime, duration_s: float, count: int) -> int:
+    """Append versions ``1..count`` to ``ledger``, version ``k`` recorded at ``start + k * duration / count``
+    (event time of ``rankwatch simulate``'s traffic); returns the lines written."""
+    cfg = VersionTransfer(seed=seed)
+    step = timedelta(seconds=duration_s / max(count, 1))
+    return append_to_ledger(ledger, [e for k in range(1, count + 1)
+                                     for e in version_comparison(cfg, k, recorded_at=_rfc3339(start + k * step))])  # fmt: skip
 
 
 def transfer_line(snap: Snapshot) -> str | None:

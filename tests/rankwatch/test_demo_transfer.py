@@ -47,3 +47,14 @@ def test_versions_fill_the_ledger_as_the_clock_passes(tmp_path: Path) -> None:
 def test_no_samples_no_line() -> None:
     state = MetricsState.for_stream(StreamConfig(windows=("5m",)))
     assert transfer_line(state.snapshot()) is None
+
+
+def test_write_versions_spreads_them_over_the_traffic(tmp_path: Path) -> None:
+    from rankwatch.demo_transfer import write_versions
+
+    ledger = tmp_path / "ledger.jsonl"
+    assert write_versions(ledger, seed=1, start=START, duration_s=600, count=3) == 12
+    entries = read_ledgers([ledger])
+    assert sorted({(e.candidate, e.recorded_at) for e in entries}) == [
+        ("ranker-v1", "2026-03-01T12:03:20Z"), ("ranker-v2", "2026-03-01T12:06:40Z"),
+        ("ranker-v3", "2026-03-01T12:10:00Z")]
