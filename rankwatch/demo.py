@@ -197,8 +197,9 @@ class DemoRunner:
                 ) from None
             self.summary.url = server.url + "/metrics"
             scheduler = ExporterScheduler(
-                tick=self._tick, tick_interval_s=1.0, baselines=watcher, reload_interval_s=5.0
-            )
+                tick=self._tick, tick_interval_s=1.0, baselines=watcher, reload_interval_s=5.0,
+                transfer=None if self.versions is None else self.versions.watcher.reload, transfer_interval_s=2.0,
+            )  # fmt: skip
             try:
                 if self.options.windows_out is not None:
                     try:

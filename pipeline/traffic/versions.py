@@ -17,7 +17,8 @@ many came before):
 The all-segments line is the equal-share mean of the segments' lines: ``x_all = mean(x_s)`` with
 ``sx_all = sqrt(sum(sx_s^2)) / S`` (the same for ``y``), so its true slope is the share-weighted mix.
 The defaults make offline noise large enough that OLS is visibly attenuated (reliability about 0.8) while
-a few dozen versions pin the corrected slope down; ``power_user``'s offline gains do not transfer at all.
+a few dozen versions pin the corrected slope down. ``power_user`` transfers 0.3, above the shipped
+floor of RankwatchTransferSlopeBelowFloor (0.2), so the demo raises no transfer alert; a zero slope would.
 
 Why a statistical model and not traffic per version: the demo must stay fast, and the ledger only records
 differences with their standard errors; running every version's traffic through the kernel would cost
@@ -36,7 +37,7 @@ from rankwatch.pipeline.transfer.ledger import Difference, LedgerEntry
 
 __all__ = ["VersionTransfer", "version_comparison", "version_truth"]
 
-DEFAULT_SLOPES = {"new_user": 0.5, "returning": 1.0, "power_user": 0.0}
+DEFAULT_SLOPES = {"new_user": 0.5, "returning": 1.0, "power_user": 0.3}
 
 
 @dataclass(frozen=True)

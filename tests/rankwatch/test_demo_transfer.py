@@ -1,5 +1,5 @@
 """The demo's model versions: history at start-up, one version per period of the given (event) clock, the
-exporter's samples reloaded after each append, and the one-line summary."""
+exporter's samples reloaded by the watcher, and the one-line summary."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def test_versions_fill_the_ledger_as_the_clock_passes(tmp_path: Path) -> None:
     assert versions.advance(START + timedelta(seconds=300)) and versions.versions == 5
     assert versions.advance(START + timedelta(hours=2)) and versions.versions == 6  # at most max_versions
     assert not versions.advance(START + timedelta(hours=3))
+    assert versions.watcher.reload()  # the demo's scheduler job
     entries = read_ledgers([ledger])
     assert len(entries) == 6 * 4
     assert {e.recorded_at for e in entries if e.candidate == "ranker-v6"} == {"2026-03-01T12:10:00Z"}
