@@ -11,8 +11,8 @@ offline metric misses) and ``sy_i ~ U(0.001, 0.003)``. A candidate with true off
 ``xi_c ~ N(0, 0.01^2)``, measured ``d = xi_c + N(0, 0.005^2)``, is predicted: the truth is ``slope * xi_c``.
 
 Printed per segment: the mean and median of both slope estimates, and the share of ledgers whose 95 %
-interval covers the true slope for the corrected slope (BCa, as ``rankwatch transfer``; and the plain
-percentile bootstrap) and for OLS with its usual t interval
+interval covers the true slope for the corrected slope (the jackknife t interval, as ``rankwatch transfer``;
+the bootstrap's BCa and plain percentile intervals) and for OLS with its usual t interval
 ``b +- t_{n-2, 0.975} sqrt(sum(resid^2) / (n - 2) / sum((x - mean x)^2))``; an undefined interval counts as
 not covering (their share is printed). Also the coverage of ``predicted_online``'s interval.
 tests/pipeline/transfer/test_transfer_simulation.py runs a smaller seeded version.
@@ -57,8 +57,8 @@ def run(simulations: int, comparisons: int, seed: int, resamples: int) -> dict[s
     rng = np.random.default_rng(seed)
     out: dict[str, dict[str, float]] = {}
     for segment, truth in SEGMENTS.items():
-        hits = {"bca": 0, "percentile": 0, "ols": 0, "predicted": 0}
-        undefined = {"bca": 0, "percentile": 0, "predicted": 0}
+        hits = {"jackknife_t": 0, "bca": 0, "percentile": 0, "ols": 0, "predicted": 0}
+        undefined = {"jackknife_t": 0, "bca": 0, "percentile": 0, "predicted": 0}
         corrected, ols = [], []
         for s in range(simulations):
             x, y, sx, sy = simulate_ledger(rng, comparisons, truth)
@@ -72,12 +72,15 @@ def run(simulations: int, comparisons: int, seed: int, resamples: int) -> dict[s
             hits["ols"] += lo <= truth <= hi
             for method in ("bca", "percentile"):
                 boot = bootstrap_transfer(x, y, sx, sy, resamples=resamples, seed=s, method=method,
-                                          candidate=(d, CANDIDATE_SE))  # fmt: skip
-                iv = boot.slope_corrected
-                if iv.lo is None or iv.hi is None:
-                    undefined[method] += 1
-                else:
-                    hits[method] += iv.lo <= truth <= iv.hi
+                                          candidate=(d, CANDIDATE_SE), slope_interval="bootstrap")  # fmt: skip
+                intervals = {method: boot.slope_corrected}
+                if method == "bca":
+                    intervals["jackknife_t"] = bootstrap_transfer(x, y, sx, sy, resamples=1, seed=s).slope_corrected
+                for name, iv in intervals.items():
+                    if iv.lo is None or iv.hi is None:
+                        undefined[name] += 1
+                    else:
+                        hits[name] += iv.lo <= truth <= iv.hi
                 if method == "bca":
                     p = boot.predicted_online
                     if p is None or p.lo is None or p.hi is None:
@@ -103,14 +106,15 @@ def main() -> None:
     res = run(args.simulations, args.comparisons, args.seed, args.resamples)
     print(f"{args.simulations} ledgers x {args.comparisons} comparisons per segment, {args.resamples} resamples, "
           f"seed {args.seed}")  # fmt: skip
-    print("| segment | true slope | mean OLS | mean (median) corrected | coverage corrected BCa | "
-          "percentile | OLS t | predicted_online | undefined BCa / percentile |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| segment | true slope | mean OLS | mean (median) corrected | coverage corrected jackknife t | "
+          "BCa | percentile | OLS t | predicted_online | undefined jackknife t / BCa / percentile |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for segment, r in res.items():
         print(f"| {segment} | {r['truth']:.1f} | {r['mean_ols']:.3f} | {r['mean_corrected']:.3f} "
-              f"({r['median_corrected']:.3f}) | {r['coverage_bca']:.1%} | {r['coverage_percentile']:.1%} | "
-              f"{r['coverage_ols']:.1%} | {r['coverage_predicted']:.1%} | "
-              f"{r['undefined_bca']:.1%} / {r['undefined_percentile']:.1%} |", flush=True)  # fmt: skip
+              f"({r['median_corrected']:.3f}) | {r['coverage_jackknife_t']:.1%} | {r['coverage_bca']:.1%} | "
+              f"{r['coverage_percentile']:.1%} | {r['coverage_ols']:.1%} | {r['coverage_predicted']:.1%} | "
+              f"{r['undefined_jackknife_t']:.1%} / {r['undefined_bca']:.1%} / {r['undefined_percentile']:.1%} |",
+              flush=True)  # fmt: skip
     print(f"({time.perf_counter() - start:.0f} s)")
 
 

@@ -16,7 +16,7 @@ comparison counts twice); ``metric`` is the offline metric, or ``offline->online
 sample.
 
 - ``rankwatch_transfer_slope{metric, segment, estimator}`` (``ols``, ``corrected``)
-- ``rankwatch_transfer_slope_lower`` / ``_upper{metric, segment}``: the corrected slope's bootstrap 95 % interval
+- ``rankwatch_transfer_slope_lower`` / ``_upper{metric, segment}``: the corrected slope's 95 % interval (jackknife t)
 - ``rankwatch_transfer_correlation{metric, segment}`` (corrected), ``rankwatch_transfer_sign_agreement``,
   ``rankwatch_transfer_comparisons{metric, segment}``
 - ``rankwatch_transfer_offline_diff`` / ``rankwatch_transfer_online_diff{metric, segment, experiment,
@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 FAMILY_HELP: dict[str, str] = {
     names.TRANSFER_SLOPE: "Slope of online on offline differences across comparisons (ols, or corrected "
     "for offline noise: errors-in-variables).",
-    names.TRANSFER_SLOPE_LOWER: "Lower end of the corrected slope's bootstrap 95 % interval.",
-    names.TRANSFER_SLOPE_UPPER: "Upper end of the corrected slope's bootstrap 95 % interval.",
+    names.TRANSFER_SLOPE_LOWER: "Lower end of the corrected slope's 95 % interval (jackknife t).",
+    names.TRANSFER_SLOPE_UPPER: "Upper end of the corrected slope's 95 % interval (jackknife t).",
     names.TRANSFER_CORRELATION: "Correlation of offline and online differences, corrected for their noise.",
     names.TRANSFER_SIGN_AGREEMENT: "Share of significant online differences whose sign the offline one had.",
     names.TRANSFER_COMPARISONS: "Comparisons (ledger lines, latest per comparison) behind the statistics.",

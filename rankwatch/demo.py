@@ -30,6 +30,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from rankwatch.demo_transfer import DemoVersions, transfer_line
 from rankwatch.errors import RankwatchError
 from rankwatch.exporters.baselines import BaselineWatcher
 from rankwatch.exporters.collector import build_registry
@@ -77,6 +78,12 @@ class DemoOptions:
     variants: tuple[str, ...] = ("control", "treatment")
     refresh_s: float = 0.5
     experiment: ExperimentTraffic | None = None  # an A/B experiment in the traffic, shown in the view
+    # issue 21: model versions with a known transfer, appended to a ledger served as rankwatch_transfer_*
+    transfer: bool = True
+    transfer_every_s: float = 300.0  # event time between two versions
+    transfer_history: int = 8  # versions already in the ledger at start-up
+    transfer_versions: int = 60  # at most this many versions in all
+    ledger: Path | None = None  # keep the ledger here (appended to); default: a temporary file
 
 
 @dataclass
@@ -153,6 +160,7 @@ class DemoRunner:
         self._lines: list[str] = []
         self.experiment = demo_experiment(options, self.config)
         self.experiments = ExperimentCollector([self.experiment])  # rankwatch_experiment_* (the A/B board)
+        self.versions: DemoVersions | None = None  # issue 21 (rankwatch/demo_transfer.py)
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> DemoSummary:
@@ -164,6 +172,16 @@ class DemoRunner:
             write_demo_baseline(self.traffic, self.options, baseline_path, self.config)
             watcher = BaselineWatcher([baseline_path], self.state)
             watcher.load_initial(strict=True)
+            if self.options.transfer:
+                ledger = self.options.ledger or Path(tmp) / "transfer-ledger.jsonl"
+                self.versions = DemoVersions(ledger, self.state, self.start, seed=self.options.seed,
+                                             every_s=self.options.transfer_every_s,
+                                             history=self.options.transfer_history,
+                                             max_versions=self.options.transfer_versions)  # fmt: skip
+                try:
+                    self.versions.start_up()
+                except OSError as e:
+                    raise RankwatchError(f"--ledger {ledger}: {e.strerror or e}") from None
             registry = build_registry(self.state, event_clock=self.clock)
             registry.register(self.experiments)
             server = MetricsServer(
@@ -179,8 +197,9 @@ class DemoRunner:
                 ) from None
             self.summary.url = server.url + "/metrics"
             scheduler = ExporterScheduler(
-                tick=self._tick, tick_interval_s=1.0, baselines=watcher, reload_interval_s=5.0
-            )
+                tick=self._tick, tick_interval_s=1.0, baselines=watcher, reload_interval_s=5.0,
+                transfer=None if self.versions is None else self.versions.watcher.reload, transfer_interval_s=2.0,
+            )  # fmt: skip
             try:
                 if self.options.windows_out is not None:
                     try:
@@ -243,6 +262,8 @@ class DemoRunner:
                     self._publish(published)
                     if self.summary.events % 2000 == 0:
                         self.state.set_stream_stats(self.processor.stats())
+                if self.versions is not None and self.versions.advance(self.clock.now()) and not live:
+                    self._say(transfer_line(self.state.snapshot()) or "transfer: no statistics yet")
         finally:
             if view is not None:
                 view.update(self._render())
@@ -273,7 +294,11 @@ class DemoRunner:
         self.console.print(line, highlight=False, soft_wrap=True)
 
     def _render(self) -> Group:
-        view = render_view(self.state.snapshot(), self.clock.now(), self.options, self.summary.url)
+        snap = self.state.snapshot()
+        view = render_view(snap, self.clock.now(), self.options, self.summary.url)
+        line = transfer_line(snap) if self.versions is not None else None
+        if line is not None:
+            view = Group(view, Text(line, style="cyan"))
         if self.options.experiment is None:
             return view
         with self.lock:  # the accumulator is fed under this lock (main loop and tick job)

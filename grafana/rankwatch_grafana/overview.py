@@ -1,5 +1,5 @@
 """The Overview dashboard: online vs offline per metric with drift, AUC, sample sizes, the worst drifts
-per slice, fleet-exact running means and pipeline health."""
+per slice, fleet-exact running means, offline-to-online transfer and pipeline health."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ from rankwatch_grafana.common import (
     window_variable,
 )
 from rankwatch_grafana.overview_ranking import ranking_panels
+from rankwatch_grafana.overview_transfer import transfer_panels
 
 UID = "rankwatch-overview"
 
@@ -224,6 +225,7 @@ def overview_dashboard() -> dashboard.Dashboard:
     )
 
     board = ranking_panels(board, ids)  # issue 13
+    board = transfer_panels(board, ids)  # issue 21
     return _pipeline_health(board, ids)
 
 

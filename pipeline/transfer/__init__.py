@@ -8,8 +8,8 @@ Layout:
 - :mod:`.fieller`: the per-comparison ratio online / offline with its Fieller interval;
 - :mod:`.statistics`: across comparisons, from sample moments: the OLS slope, the errors-in-variables
   (BCES) corrected slope and correlation, sign agreement, Kendall's tau-b;
-- :mod:`.bootstrap`: seeded, vectorised bootstrap over comparisons for the corrected slope and correlation
-  and the predicted online difference of a candidate;
+- :mod:`.bootstrap`: the corrected slope's jackknife t interval; seeded, vectorised bootstrap over
+  comparisons for the corrected correlation and the predicted online difference of a candidate;
 - :mod:`.report`: grouping of ledger entries and the JSON document of ``rankwatch transfer``;
 - :mod:`.paired`: paired offline differences of two models over shared requests (DeLong for AUC-ROC);
 - :mod:`.writer`: ledger lines from an A/B report and offline differences (``rankwatch ab --ledger``).

@@ -94,6 +94,13 @@ def _install_signals(stop: threading.Event) -> Callable[[], None]:
               help="Per-user random effect on model quality (sd).")
 @click.option("--broken-split", type=click.FloatRange(min=0, max=0.99), default=None,
               help="Share of treatment requests lost before logging (shows the SRM banner).")
+@click.option("--transfer/--no-transfer", default=True, show_default=True,
+              help="Simulate model versions with a known offline-to-online transfer per segment and serve their "
+                   "ledger as rankwatch_transfer_* (the overview's transfer row).")
+@click.option("--version-every", default="5m", show_default=True,
+              help="Event time between two model versions (e.g. 300, 5m).")
+@click.option("--ledger", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Append the versions' ledger lines to FILE and keep it (default: a temporary file).")
 def command(
     duration: float | None,
     speed: float,
@@ -109,6 +116,9 @@ def command(
     experiment_users: int | None = None,
     user_effect_sd: float | None = None,
     broken_split: float | None = None,
+    transfer: bool = True,
+    version_every: str = "5m",
+    ledger: Path | None = None,
 ) -> None:
     """The whole loop on one machine: simulated traffic, streaming windows, offline baseline, /metrics."""
     if duration is not None and duration <= 0:
@@ -121,6 +131,9 @@ def command(
         raise ConfigError("--port must be between 0 and 65535")
     if not 0.0 <= regression_drop <= 1.0:
         raise ConfigError("--regression-drop must be between 0 and 1")
+    every = _seconds(version_every, "--version-every")
+    if every <= 0:
+        raise ConfigError("--version-every must be positive")
     from rich.console import Console
 
     from rankwatch.commands.simulate import experiment_traffic
@@ -134,6 +147,7 @@ def command(
         regression_segment=regression_segment or None, regression_at_s=_seconds(regression_at, "--regression-at"),
         regression_drop=regression_drop, windows_out=windows_out,
         experiment=experiment_traffic(experiment_effects, experiment_users, user_effect_sd, broken_split),
+        transfer=transfer, transfer_every_s=every, ledger=ledger,
     )  # fmt: skip
     console = Console()
     summary = run_demo(options, console=console, install_signals=_install_signals)

@@ -87,6 +87,11 @@ def _rate(ctx: click.Context, param: click.Parameter, value: float) -> float:
               help="Per-user random effect on model quality (sd), so a user's requests correlate.")
 @click.option("--broken-split", type=click.FloatRange(min=0, max=0.99), default=None,
               help="Share of the treatment arm's requests lost before logging (a sample-ratio mismatch).")
+@click.option("--ledger", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also append the ledger lines of --model-versions model versions with a known per-segment "
+                   "offline-to-online transfer (rankwatch transfer / [transfer] ledgers input).")
+@click.option("--model-versions", type=click.IntRange(min=1), default=40, show_default=True,
+              help="Model versions written to --ledger, recorded evenly over the traffic's event time.")
 def command(
     config_path: Path | None, bootstrap_servers: str | None, impressions_topic: str | None, clicks_topic: str | None, rate: float, duration: float, seed: int,
     fast: bool, start_text: str | None, items_per_request: int, regression_segment: str | None,
@@ -94,6 +99,7 @@ def command(
     out_of_order: float, attribution_window: float, ground_truth: Path | None, events_out: Path | None,
     create_topics: bool, partitions: int, close_after: float | None, experiment_effects: tuple[str, ...] = (),
     experiment_users: int | None = None, user_effect_sd: float | None = None, broken_split: float | None = None,
+    ledger: Path | None = None, model_versions: int = 40,
 ) -> None:
     """Produce simulated ranking traffic to Kafka."""
     import time
@@ -197,6 +203,14 @@ def command(
             f.close()
         producer.close()
     elapsed = time.monotonic() - started
+    if ledger is not None:  # issue 21: the versions' comparisons, recorded in the traffic's event time
+        from rankwatch.demo_transfer import write_versions
+
+        try:
+            lines = write_versions(ledger, seed=seed, start=start, duration_s=duration, count=model_versions)
+        except OSError as e:
+            raise RankwatchError(f"--ledger {ledger}: {e.strerror or e}") from None
+        click.echo(f"appended {lines} ledger lines ({model_versions} model versions) to {ledger}", err=True)
     click.echo(
         f"sent {report.sent['impressions']} impressions and {report.sent['clicks']} clicks "
         f"in {elapsed:.1f} s to {bootstrap_servers}", err=True,

@@ -102,6 +102,10 @@ def _print_table(doc: dict[str, Any], groups: list[Any], candidate: tuple[float,
         summary.add_row(*row)
         ci = obj.slope_corrected_ci
         if ci.valid < ci.resamples:
+            if ci.kind == "jackknife":
+                notes.append(f"{g['metric']}/{g['segment']}: slope defined in {ci.valid} of {ci.resamples} "
+                             "leave-one-out fits (no interval)")  # fmt: skip
+                continue
             state = "interval given" if ci.interval is not None else "too many: no interval"
             notes.append(f"{g['metric']}/{g['segment']}: slope defined in {ci.valid} of {ci.resamples} resamples "
                          f"({state})")  # fmt: skip

@@ -70,9 +70,11 @@ def _wait_for_server(proc: subprocess.Popen[str], port: int, timeout_s: float = 
 def test_demo_serves_online_offline_and_drift_then_exits_0(tmp_path: Path) -> None:
     port = _free_port()
     windows_out = tmp_path / "windows.jsonl"
+    ledger = tmp_path / "ledger.jsonl"
     # The regression starts 5 event minutes in, so it is in every window after the first even on a busy machine.
     proc = _start(
-        "--duration", "20", "--port", str(port), "--windows-out", str(windows_out), "--regression-at", "5m"
+        "--duration", "20", "--port", str(port), "--windows-out", str(windows_out), "--regression-at", "5m",
+        "--ledger", str(ledger),
     )
     try:
         _wait_for_server(proc, port)
@@ -103,6 +105,11 @@ def test_demo_serves_online_offline_and_drift_then_exits_0(tmp_path: Path) -> No
     lines = [json.loads(line) for line in windows_out.read_text().splitlines()]
     assert lines and {"window", "start", "end", "overall", "slices"} <= set(lines[0])
     assert "windows published" in out
+    # Model versions (on by default): 8 in the history, more as event time passes, served as transfer gauges.
+    assert len(ledger.read_text().splitlines()) > 8 * 4
+    slopes = {(s["segment"], s["estimator"]) for s in seen["rankwatch_transfer_slope"]}
+    assert ("new_user", "corrected") in slopes and ("all", "ols") in slopes
+    assert seen["rankwatch_transfer_offline_diff"] and "transfer ndcg@10 corrected slope" in out
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -129,6 +136,7 @@ def test_demo_exits_cleanly_on_signals(sig: signal.Signals) -> None:
         (["--regression-drop", "2"], "--regression-drop must be between 0 and 1"),
         (["--duration", "-1"], "--duration must be positive"),
         (["--regression-segment", "vip"], "--regression-segment must be one of new_user"),
+        (["--version-every", "0"], "--version-every must be positive"),
     ],
 )
 def test_demo_bad_options_are_one_line_errors(

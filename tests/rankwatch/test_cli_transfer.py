@@ -103,3 +103,16 @@ def test_unknown_metric_and_empty_ledger(tmp_path: Path, capsys: pytest.CaptureF
     empty.write_text("\n")
     assert _run_json(capsys, str(empty)) == {"groups": []}
     assert main(["transfer"]) == 2
+
+
+def test_table_notes_an_undefined_leave_one_out_slope(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Without the outlier the offline spread (0.01 apart) is below its noise (sx = 0.05): no interval.
+    path = tmp_path / "ledger.jsonl"
+    append_to_ledger(path, [
+        LedgerEntry(experiment=f"e{i}", candidate=f"m{i}", reference="base", segment="all", surface="all",
+                    metric="ndcg@10", offline=Difference(x, 0.05, 1000), online=Difference(x, 0.01, 1000),
+                    recorded_at="2026-12-01T10:00:00Z")
+        for i, x in enumerate((0.0, 0.01, 0.02, 1.0))])  # fmt: skip
+    assert main(["transfer", str(path), "--bootstrap", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "ndcg@10/all: slope defined in 3 of 4 leave-one-out fits (no interval)" in out

@@ -1,4 +1,5 @@
-"""The vectorised bootstrap against a naive loop (same seed, same draws), its seeding and its null rule."""
+"""The vectorised bootstrap against a naive loop (same seed, same draws), the slope's jackknife t interval
+against a naive leave-one-out loop, their seeding and their null rules."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from rankwatch.pipeline.transfer.bootstrap import bootstrap_transfer
 
@@ -73,7 +75,8 @@ def _naive(x, y, sx, sy, B: int, seed: int, candidate: tuple[float, float]) -> d
 def test_vectorised_equals_a_naive_loop(seed: int, method: str) -> None:
     x, y, sx, sy = _data(seed, n=12 + seed)
     candidate = (0.7, 0.2)
-    got = bootstrap_transfer(x, y, sx, sy, resamples=150, seed=seed, candidate=candidate, method=method)
+    got = bootstrap_transfer(x, y, sx, sy, resamples=150, seed=seed, candidate=candidate, method=method,
+                             slope_interval="bootstrap")  # fmt: skip
     expected = _naive(x, y, sx, sy, 150, seed, candidate)[method]
     for interval, want in zip((got.slope_corrected, got.correlation_corrected, got.predicted_online), expected,
                               strict=True):  # fmt: skip
@@ -83,25 +86,65 @@ def test_vectorised_equals_a_naive_loop(seed: int, method: str) -> None:
             assert interval.interval == pytest.approx(want, rel=1e-9, abs=1e-12)
 
 
+def _naive_jackknife_t(x, y, sx, sy) -> list[float] | None:
+    """Textbook jackknife: leave each comparison out, se^2 = (n-1)/n sum (t_i - mean)^2, t with n - 2 df."""
+    rows = list(zip(x.tolist(), y.tolist(), sx.tolist(), sy.tolist(), strict=True))
+    n = len(rows)
+    est = _stats(rows)[0]
+    loo = [_stats(rows[:i] + rows[i + 1:])[0] for i in range(n)]
+    if math.isnan(est) or any(math.isnan(v) for v in loo):
+        return None
+    mean = sum(loo) / n
+    se = math.sqrt((n - 1) / n * sum((v - mean) ** 2 for v in loo))
+    q = student_t.ppf(0.975, n - 2)
+    return [est - q * se, est + q * se]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_slope_jackknife_t_equals_a_naive_loop(seed: int) -> None:
+    x, y, sx, sy = _data(seed, n=5 + 3 * seed)
+    got = bootstrap_transfer(x, y, sx, sy, resamples=50, seed=seed).slope_corrected
+    want = _naive_jackknife_t(x, y, sx, sy)
+    assert got.kind == "jackknife" and got.resamples == len(x)
+    if want is None:
+        assert got.interval is None
+    else:
+        assert got.interval == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_slope_jackknife_t_is_null_when_a_leave_one_out_slope_is() -> None:
+    # four comparisons; without the outlier the offline spread (0.01 apart) is below its noise (sx = 0.05)
+    x, y = np.array([0.0, 0.01, 0.02, 1.0]), np.array([0.0, 0.01, 0.02, 1.0])
+    sx, sy = np.full(4, 0.05), np.full(4, 0.01)
+    got = bootstrap_transfer(x, y, sx, sy, resamples=50).slope_corrected
+    assert _naive_jackknife_t(x, y, sx, sy) is None
+    assert got.interval is None and got.valid == 3 and got.resamples == 4
+
+
 def test_same_seed_same_intervals_other_seed_others() -> None:
     x, y, sx, sy = _data(1, 30)
     a = bootstrap_transfer(x, y, sx, sy, seed=5, candidate=(1.0, 0.1))
     b = bootstrap_transfer(x, y, sx, sy, seed=5, candidate=(1.0, 0.1))
     c = bootstrap_transfer(x, y, sx, sy, seed=6, candidate=(1.0, 0.1))
-    assert a == b and a.slope_corrected != c.slope_corrected
-    assert a.slope_corrected.valid == a.slope_corrected.resamples == 2000
+    assert a == b and a.correlation_corrected != c.correlation_corrected
+    assert a.slope_corrected == c.slope_corrected  # the jackknife does not resample
+    assert a.correlation_corrected.valid == a.correlation_corrected.resamples == 2000
     lo, hi = a.slope_corrected.interval
     assert lo < 0.8 < hi  # the data's true slope
+    boot = bootstrap_transfer(x, y, sx, sy, seed=5, slope_interval="bootstrap").slope_corrected
+    assert boot.kind == "bootstrap" and boot.valid == boot.resamples == 2000
 
 
 def test_too_many_undefined_resamples_give_no_interval() -> None:
     # n = 2: a resample drawing the same comparison twice has S_xx = 0, about half of them
     boot = bootstrap_transfer([0.0, 1.0], [0.0, 1.0], [0.01, 0.01], [0.01, 0.01], resamples=400, seed=0,
                               candidate=(1.0, 0.0))  # fmt: skip
-    assert boot.slope_corrected.interval is None and 150 < boot.slope_corrected.valid < 250
+    assert boot.slope_corrected.interval is None and boot.slope_corrected.kind == "jackknife"
+    assert 150 < boot.correlation_corrected.valid < 250 and boot.correlation_corrected.interval is None
     assert boot.predicted_online is not None and boot.predicted_online.interval is None
     one = bootstrap_transfer([0.3], [0.1], [0.01], [0.01], resamples=10)
     assert one.slope_corrected.interval is None and one.slope_corrected.valid == 0
+    assert one.correlation_corrected.valid == 0
     assert one.predicted_online is None
 
 
@@ -112,3 +155,5 @@ def test_bad_arguments() -> None:
         bootstrap_transfer([1.0], [1.0], [0.0], [0.0], candidate=(math.nan, 0.1))
     with pytest.raises(ValueError, match="method"):
         bootstrap_transfer([1.0], [1.0], [0.0], [0.0], method="t")
+    with pytest.raises(ValueError, match="slope_interval"):
+        bootstrap_transfer([1.0], [1.0], [0.0], [0.0], slope_interval="fieller")
