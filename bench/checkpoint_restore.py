@@ -1,4 +1,4 @@
-"""Restore time of a partition pair's checkpoint as a function of pending requests (issue 15).
+"""Restore time of a partition pair's checkpoint as a function of pending requests.
 
 Run: ``python bench/checkpoint_restore.py [--sizes 1000,10000,100000,300000] [--items 20]
 [--bootstrap HOST:PORT]``. For each size N, a stream processor is filled with N pending requests (list-form

@@ -9,7 +9,7 @@ for an authentication, TLS or authorization error), :func:`install_recv_fix` (a 
 Why: kafka-python 3.0.12 constructors bootstrap before returning (``KafkaConsumer.__init__``,
 ``KafkaAdminClient.__init__``), start an I/O thread first, and keep it running when the bootstrap fails:
 every retry of a failing start leaked a thread. Its metadata calls (``topics()``) wait without a bound,
-so a SIGTERM during start-up was never honoured (issue 23). And it reports a wrong password or a CA that
+so a SIGTERM during start-up was never honoured. And it reports a wrong password or a CA that
 does not match as ``KafkaTimeoutError: Unable to bootstrap`` after retrying for the bootstrap timeout,
 so the cause was never named and the service retried for good. The broker does answer a failed SCRAM
 exchange with ``SASL_AUTHENTICATION_FAILED`` and then closes the connection; kafka-python reads the answer

@@ -12,7 +12,7 @@ never returned nor fetched again, for good, with no log line.
 
 rankwatch's flow control (pause a topic-partition at ``max_buffered_records``, resume at half) hits this
 on every backlog: the clicks buffer fills first, is paused, and its records never come back; the pair
-then waits for clicks forever (issue 15).
+then waits for clicks forever.
 
 :func:`release_parked`, called before every ``poll()``, empties a drained slot (sets it to None), which is
 exactly the state the fetcher's own code expects; kafka-python then returns the parked records itself.

@@ -2,8 +2,8 @@
 
 kafka-python runs the rebalance listener on its I/O thread, the one that also sends heartbeats. Restoring a
 checkpoint there (reading it back and rebuilding the state: linear in pending requests, about 12 s for
-a million, bench/checkpoint_restore.py) stopped the heartbeats long enough for the member to be expelled
-(issue 15). So :meth:`Rebalancer.on_assigned` does no I/O: it pauses both partitions of every new pair and
+a million, bench/checkpoint_restore.py) stopped the heartbeats long enough for the member to be expelled.
+So :meth:`Rebalancer.on_assigned` does no I/O: it pauses both partitions of every new pair and
 queues it. :meth:`Rebalancer.restore_pending`, called by the loop after each poll, looks up the committed
 offset, reads the checkpoint it points to, rebuilds the processor, seeks both partitions to the
 checkpoint's offsets and only then resumes them: nothing of a pair is fetched (or fed) before its state is

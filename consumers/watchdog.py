@@ -1,7 +1,7 @@
-"""Watches of the consuming loop that end in one log line or one fatal error (issue 15).
+"""Watches of the consuming loop that end in one log line or one fatal error.
 
 :class:`Watchdog` holds what they remember between turns: :meth:`Watchdog.watch_stalls` (every 30 s) names
-a pair that holds records but fed nothing, with Kafka reachable (the issue 15 stall was silent);
+a pair that holds records but fed nothing, with Kafka reachable (such a stall was once silent);
 :meth:`Watchdog.check_topics` (every 5 s) ends the service with one line when a topic is gone, or the two
 topics are no longer co-partitioned, for 60 s (an admin adding partitions to both topics one after the
 other passes through a moment of difference); :meth:`Watchdog.watch_empty` (every 10 s, from the
@@ -33,7 +33,7 @@ class Watchdog:
 
     def watch_stalls(self) -> None:
         """One WARNING line for a pair holding records that fed nothing for 30 s with Kafka reachable (the
-        issue 15 stall was silent); it names what the pair waits for."""
+        such a stall was once silent); it names what the pair waits for."""
         svc = self.svc
         with svc._lock:
             for p, pair in svc._pairs.items():

@@ -106,9 +106,9 @@ def _labels(entry: Mapping[str, Any], file_variant: str | None) -> dict[str, str
 
 def _values(entry: Mapping[str, Any], metric_names: tuple[str, ...]) -> SeriesValues:
     metrics = {name: None if entry[name] is None else float(entry[name]) for name in metric_names}
-    ses = entry.get("stderr") or {}  # absent in baseline files written before issue 11
+    ses = entry.get("stderr") or {}  # absent in baseline files written by older versions
     stderr = {name: None if ses.get(name) is None else float(ses[name]) for name in metric_names}
-    # issue 13: optional in files written before it (parse_baseline has validated the distribution)
+    # optional in files written before it (parse_baseline has validated the distribution)
     ctr = tuple(None if v is None else float(v) for v in entry.get("position_ctr") or ())
     dist = entry.get("score_distribution")
     return SeriesValues(

@@ -72,7 +72,7 @@ class RankwatchCollector(Collector):
 
     def health_families(self, snap: Snapshot) -> Iterator[Metric]:
         """The small, often changing families (events, health, baselines), computed from ``snap``."""
-        yield from transfer_families(snap.transfer, snap.transfer_load_errors)  # issue 21: a copy, no statistics
+        yield from transfer_families(snap.transfer, snap.transfer_load_errors)  # a copy, no statistics
         h = snap.health
         yield _family(
             names.EVENTS,

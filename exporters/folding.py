@@ -87,7 +87,7 @@ def merge_aggregates(aggs: Sequence[RankingAggregate]) -> RankingAggregate:
         out.items += agg.items
         for name, s in agg.sums.items():
             totals.setdefault(name, MetricSum()).merge(s)
-        out.merge_positions_and_gauc(agg)  # issue 13
+        out.merge_positions_and_gauc(agg)
     out.sums = totals
     if all(a.clusters is not None or a.items == 0 for a in aggs):
         out.clusters = ClusterHistograms.merge_many([a.clusters for a in aggs if a.clusters is not None])

@@ -16,7 +16,7 @@ RANKING_REQUESTS = "rankwatch_ranking_requests"  # gauge {source, window, segmen
 EVENTS = "rankwatch_events"  # counter {stream, outcome}
 RANKING_QUALITY_STDERR = "rankwatch_ranking_quality_stderr"  # gauge {metric, source, window, segment, ...}
 
-# The online window's sufficient statistics per slice (issue 11): instances sum them, so recording rules
+# The online window's sufficient statistics per slice: instances sum them, so recording rules
 # get a fleet's mean and standard error exactly (per-request metrics).
 WINDOW_OBSERVATIONS = "rankwatch_ranking_window_observations"  # gauge {metric, window, segment, surface, variant}
 WINDOW_SUM = "rankwatch_ranking_window_sum_of_values"  # gauge {metric, window, segment, surface, variant}
@@ -54,7 +54,7 @@ EXPORTER_LABEL_OVERFLOW = (
     "rankwatch_exporter_label_overflow"  # counter {label}: slices folded by the exporter
 )
 
-# issue 13 (docs/exporter.md, docs/metrics.md)
+# GAUC, positions and score drift (docs/exporter.md, docs/metrics.md)
 POSITION_CTR = "rankwatch_position_ctr"  # gauge {rank, source, window, segment, surface, variant}
 SCORE_DRIFT = "rankwatch_score_drift"  # gauge {statistic=psi|ks, window, segment, surface, variant}
 SCORE_DRIFT_ITEMS = "rankwatch_score_drift_items"  # gauge {window, segment, surface, variant}: items compared
@@ -64,7 +64,7 @@ SOURCE_ONLINE = "online"
 SOURCE_OFFLINE = "offline"
 BASELINE_WINDOW = "baseline"
 
-# issue 21: offline-to-online transfer, from the [transfer] ledgers (exporters/transfer.py, docs/exporter.md)
+# offline-to-online transfer, from the [transfer] ledgers (exporters/transfer.py, docs/exporter.md)
 TRANSFER_SLOPE = "rankwatch_transfer_slope"  # gauge {metric, segment, estimator=ols|corrected}
 TRANSFER_SLOPE_LOWER = "rankwatch_transfer_slope_lower"  # gauge {metric, segment}: corrected slope, 95 % lower
 TRANSFER_SLOPE_UPPER = "rankwatch_transfer_slope_upper"  # gauge {metric, segment}: corrected slope, 95 % upper

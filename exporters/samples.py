@@ -68,7 +68,7 @@ def uncertainty_samples(sources: list[Source], online: Mapping[str, Any]) -> Sam
 
 def position_ctr_samples(sources: list[Source]) -> SamplePair:
     """``rankwatch_position_ctr{rank}`` of every online window and baseline slice, and
-    ``rankwatch_gauc_items_dropped`` where the online GAUC cap was hit (issue 13)."""
+    ``rankwatch_gauc_items_dropped`` where the online GAUC cap was hit."""
     out: list[Sample] = []
     dropped: list[Sample] = []
     for source, window, series in sources:

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 TICK_JOB = "rankwatch-idle-tick"
 BASELINE_JOB = "rankwatch-baseline-reload"
 LAG_JOB = "rankwatch-consumer-lag"
-TRANSFER_JOB = "rankwatch-transfer-reload"  # issue 21: [transfer] ledgers
+TRANSFER_JOB = "rankwatch-transfer-reload"  # [transfer] ledgers
 
 
 class ExporterScheduler:

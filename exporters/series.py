@@ -29,7 +29,7 @@ class SeriesValues:
     metrics: Mapping[str, Value]
     stderr: Mapping[str, Value] = field(default_factory=dict)
     moments: Mapping[str, tuple[int, float, float]] = field(default_factory=dict)
-    # issue 13: click-through at ranks 1..K; the window's score histogram (online) or the baseline's
+    # click-through at ranks 1..K; the window's score histogram (online) or the baseline's
     # score distribution (offline), the two sides of the score-drift statistics
     position_ctr: tuple[Value, ...] = ()
     score_histogram: ScoreHistogram | None = None

@@ -91,13 +91,13 @@ class Snapshot:
     label_values_limit: int | None
     stderr: tuple[Sample, ...] = ()
     window_stats: tuple[Sample, ...] = ()
-    # issue 13
+
     position_ctr: tuple[Sample, ...] = ()
     score_drift: tuple[Sample, ...] = ()
     score_drift_items: tuple[Sample, ...] = ()
     gauc_items_dropped: tuple[Sample, ...] = ()
     kafka_outage: tuple[bool, float] = (False, 0.0)  # (in an outage now, outage seconds so far)
-    # issue 21: samples of the rankwatch_transfer_* families (exporters/transfer.py), computed at load time
+    # samples of the rankwatch_transfer_* families (exporters/transfer.py), computed at load time
     transfer: Mapping[str, tuple[Sample, ...]] = field(default_factory=dict)
     transfer_load_errors: int = 0
 
@@ -171,7 +171,7 @@ class MetricsState:
         )
         self._lag: dict[tuple[str, int], int] = {}
         self._outage: tuple[bool, float] = (False, 0.0)
-        self._transfer: dict[str, tuple[Sample, ...]] = {}  # issue 21
+        self._transfer: dict[str, tuple[Sample, ...]] = {}
         self._transfer_errors = 0
         self._version = 0
         self._drifts: dict[str, DriftResult] = {}

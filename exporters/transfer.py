@@ -1,4 +1,4 @@
-"""Transfer ledgers for the exporter: load them, compute the transfer statistics, reload on change (issue 21).
+"""Transfer ledgers for the exporter: load them, compute the transfer statistics, reload on change.
 
 Layout: :func:`transfer_samples` (ledger entries -> the samples of every ``rankwatch_transfer_*`` family);
 :class:`TransferWatcher` (the ``[transfer] ledgers`` files, re-read when one changes, like

@@ -36,7 +36,7 @@ SCHEMA: dict[str, frozenset[str] | None] = {
     "slices": frozenset({"by", "max_values_per_label"}),
     "metrics": frozenset({"ndcg_cutoffs", "map_cutoffs", "gain", "map_normalization", "no_relevant",
                          "max_distinct_scores",
-                         # issue 13
+
                          "precision_cutoffs", "recall_cutoffs", "hit_rate_cutoffs", "gauc_group", "gauc_weight",
                          "gauc_max_items", "ctr_ranks", "drift_bins"}),
     "limits": frozenset({"max_pending_requests", "max_items_per_request", "max_event_bytes", "dedupe_capacity",

@@ -78,7 +78,7 @@ class DemoOptions:
     variants: tuple[str, ...] = ("control", "treatment")
     refresh_s: float = 0.5
     experiment: ExperimentTraffic | None = None  # an A/B experiment in the traffic, shown in the view
-    # issue 21: model versions with a known transfer, appended to a ledger served as rankwatch_transfer_*
+    # model versions with a known transfer, appended to a ledger served as rankwatch_transfer_*
     transfer: bool = True
     transfer_every_s: float = 300.0  # event time between two versions
     transfer_history: int = 8  # versions already in the ledger at start-up
@@ -160,7 +160,7 @@ class DemoRunner:
         self._lines: list[str] = []
         self.experiment = demo_experiment(options, self.config)
         self.experiments = ExperimentCollector([self.experiment])  # rankwatch_experiment_* (the A/B board)
-        self.versions: DemoVersions | None = None  # issue 21 (rankwatch/demo_transfer.py)
+        self.versions: DemoVersions | None = None  # rankwatch/demo_transfer.py
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> DemoSummary:

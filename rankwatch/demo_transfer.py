@@ -1,4 +1,4 @@
-"""The demo's model versions: a transfer ledger that fills in while the demo runs (issue 21, item 5).
+"""The demo's model versions: a transfer ledger that fills in while the demo runs.
 
 Layout: :class:`DemoVersions` (appends version comparisons to a ledger as event time passes, and re-reads
 the ledger into the exporter); :func:`write_versions` (``rankwatch simulate --ledger``: a run of versions

@@ -224,8 +224,8 @@ def overview_dashboard() -> dashboard.Dashboard:
         )
     )
 
-    board = ranking_panels(board, ids)  # issue 13
-    board = transfer_panels(board, ids)  # issue 21
+    board = ranking_panels(board, ids)
+    board = transfer_panels(board, ids)
     return _pipeline_health(board, ids)
 
 

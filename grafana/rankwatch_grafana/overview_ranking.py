@@ -1,4 +1,4 @@
-"""Overview panels of issue 13: GAUC, precision / recall / hit rate, positive rate, click-through by
+"""Overview panels of the ranking metrics beyond the core four: GAUC, precision / recall / hit rate, positive rate, click-through by
 position (online against the baseline) and score-distribution drift."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Overview panels of issue 21: does an offline gain show up online? (the exporter's ``[transfer] ledgers``).
+"""Overview panels of the transfer row: does an offline gain show up online? (the exporter's ``[transfer] ledgers``).
 
 One row: an XY chart of the offline against the online difference of every ledgered comparison, with each
 comparison's value on its segment's fitted line (corrected slope x offline difference); the corrected slope

@@ -1,7 +1,7 @@
 """One A/B experiment's definition (``[[experiments]]`` in the TOML, or ``rankwatch ab``'s options).
 
 :func:`experiment_from_dict` checks a plain mapping (what TOML gives, or what the command line builds) and
-raises ``ValueError`` naming the key. Defaults follow issue 12: the arm is carried by the ``variant`` label,
+raises ``ValueError`` naming the key. Defaults: the arm is carried by the ``variant`` label,
 the control arm is ``control``, the split is equal, the unit is the request, alpha is 0.05, and a
 comparison needs 1,000 requests per arm and slice (AUCs also 100 positives and 100 negatives per arm).
 

@@ -74,7 +74,7 @@ class RankingAggregate:
 
     __slots__ = (
         "options", "requests", "requests_with_relevant", "items", "sums", "histogram", "clusters",
-        # issue 13: positive items, shown/positive items per rank 1..ctr_ranks, GAUC state
+        # positive items, shown/positive items per rank 1..ctr_ranks, GAUC state
         "positives", "ctr_shown", "ctr_positive", "gauc",
     )  # fmt: skip
 
@@ -159,7 +159,7 @@ class RankingAggregate:
         defined = self.histogram.auc_roc() is not None
         out["auc_roc"] = auc_roc_stderr(self.histogram, self.clusters) if defined else None
         out["auc_pr"] = auc_pr_stderr(self.histogram, self.clusters) if defined else None
-        out["gauc"] = self.gauc.stderr(self.options.gauc_weight)  # issue 13: groups (users) as units
+        out["gauc"] = self.gauc.stderr(self.options.gauc_weight)  # groups (users) as units
         return out
 
     def position_ctr(self) -> list[float | None]:
@@ -167,7 +167,7 @@ class RankingAggregate:
         return rates(self.ctr_positive, self.ctr_shown)
 
     def position_values(self) -> dict[str, list[float | None] | list[int]]:
-        """The result document's list entries (issue 13): click-through and shown items per rank 1..K."""
+        """The result document's list entries: click-through and shown items per rank 1..K."""
         return {"position_ctr": self.position_ctr(), "position_shown": self.ctr_shown.tolist()}
 
     def to_state(self) -> dict[str, Any]:
@@ -313,7 +313,7 @@ def _add_gauc(
     gauc_open: bool,
     score_image: ScoreImage | None,
 ) -> None:
-    """GAUC state of every group (issue 13): closed sums, or the open items of each group (online)."""
+    """GAUC state of every group: closed sums, or the open items of each group (online)."""
     if options.gauc_group == "request":
         keys: npt.NDArray[np.int64] | None = np.arange(metrics.n_requests, dtype=np.int64)
         gauc_open = False  # a finalized request is complete

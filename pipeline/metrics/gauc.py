@@ -9,7 +9,7 @@ over the groups g (users, or requests) whose items hold both classes; ``w_g`` is
 (``P_g + N_g``, the default) or its relevant items (``P_g``). One-class groups are left out and counted.
 ``AUC_g`` is scikit-learn's ``roc_auc_score`` on the group's items (ties count one half).
 
-Speed (issue 13): no per-group Python loop and no float argsort. Every item becomes one ``uint64`` key,
+Speed: no per-group Python loop and no float argsort. Every item becomes one ``uint64`` key,
 ``group | score prefix | label``, where the score prefix is the top bits of the score's order-preserving
 integer image; one value sort of these keys (vectorised, several times faster than an argsort) orders the
 items by group, then score, negatives before positives within a tie. Runs of equal ``(group, prefix)``

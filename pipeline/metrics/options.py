@@ -30,7 +30,7 @@ class MetricOptions:
         ``"skip"`` leaves requests without any relevant item out of MRR, NDCG and MAP (default);
         ``"zero"`` counts them as 0.
     precision_cutoffs, recall_cutoffs, hit_rate_cutoffs
-        The k of precision@k, recall@k and hit_rate@k (issue 13). Defaults: precision@5, precision@10,
+        The k of precision@k, recall@k and hit_rate@k. Defaults: precision@5, precision@10,
         recall@10, hit_rate@10. R = 0 requests follow ``no_relevant`` like MRR/NDCG/MAP.
     gauc_group, gauc_weight
         GAUC groups (``"user"``, the DIN paper's default, or ``"request"``) and their weights
@@ -51,7 +51,7 @@ class MetricOptions:
     no_relevant: NoRelevantPolicy = "skip"
     # Cap on distinct scores kept per AUC state; beyond it adjacent scores are merged (see pipeline.metrics.auc).
     max_distinct_scores: int = field(default=200_000)
-    # -- issue 13 (kept after the original fields so positional construction is unchanged) --
+    # -- (kept after the original fields so positional construction is unchanged) --
     precision_cutoffs: tuple[int, ...] = (5, 10)
     recall_cutoffs: tuple[int, ...] = (10,)
     hit_rate_cutoffs: tuple[int, ...] = (10,)

@@ -166,7 +166,7 @@ def process_batch(
             user = w.user_id
             if user is not None and type(user) is not str:
                 user = str(user)
-            slot = add_packed(rid, ts, combo, packed, n, user_key_of(rid, user))  # issue 13: GAUC group
+            slot = add_packed(rid, ts, combo, packed, n, user_key_of(rid, user))  # GAUC group
             if early.count and rid in early.by_request:
                 for entry in early.pop(rid):
                     proc._attach(slot, entry)

@@ -64,7 +64,7 @@ class FinalizedBatch:
     feedback_accepted: int = 0  # feedback decided only now (it predated its request's ts when it came)
     feedback_late: int = 0  # ... and found outside the attribution window
     feedback_detached: int = 0  # counted accepted on arrival, outside the window of the final request_ts
-    users: npt.NDArray[np.int64] | None = None  # issue 13: 64-bit key of each request's user (GAUC group)
+    users: npt.NDArray[np.int64] | None = None  # 64-bit key of each request's user (GAUC group)
 
     @property
     def n_requests(self) -> int:
@@ -81,8 +81,7 @@ class FinalizedBatch:
         offsets = np.concatenate(([0], np.cumsum(lengths[keep]))).astype(np.int64)
         return FinalizedBatch([], self.ts_ms[keep], self.combo[keep], self.labels[item_keep],
                               self.scores[item_keep], offsets,
-                              users=None if self.users is None else self.users[keep])  # issue 13
-
+                              users=None if self.users is None else self.users[keep])
     @staticmethod
     def concat(batches: list[FinalizedBatch]) -> FinalizedBatch:
         """All requests of ``batches``, in order (request ids are not carried over)."""
@@ -94,11 +93,11 @@ class FinalizedBatch:
             np.concatenate([b.labels for b in batches]), np.concatenate([b.scores for b in batches]),
             np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
             users=None if any(b.users is None for b in batches)
-            else np.concatenate([b.users for b in batches if b.users is not None]),  # issue 13
+            else np.concatenate([b.users for b in batches if b.users is not None]),
         )
 
     def to_state(self) -> list[bytes]:
-        users = () if self.users is None else (self.users,)  # issue 13: optional sixth column
+        users = () if self.users is None else (self.users,)  # optional sixth column
         return [a.astype(a.dtype.newbyteorder("<")).tobytes()
                 for a in (self.ts_ms, self.combo, self.labels, self.scores, self.offsets, *users)]
 
@@ -131,7 +130,7 @@ class FinalizedLists:
     feedback_accepted: int = 0
     feedback_late: int = 0
     feedback_detached: int = 0
-    users: list[int] | None = None  # issue 13: user_key() of each request (the GAUC group)
+    users: list[int] | None = None  # user_key() of each request (the GAUC group)
 
     @property
     def n_requests(self) -> int:
@@ -199,7 +198,7 @@ class PendingRequests:
         self.rid: list[str | None] = []
         self.ts = array("q")
         self.combo = array("i")
-        self.user = array("q")  # issue 13: user_key() of the request's first impression
+        self.user = array("q")  # user_key() of the request's first impression
         # One bytes object per request: float64 scores (8 * n bytes), then the UTF-8 item ids joined by NUL.
         self.record: list[bytes | None] = []
         self.count = array("H")  # items per request (max_items_per_request <= 65535)
@@ -404,7 +403,7 @@ class PendingRequests:
         self.n_items -= base
         return FinalizedLists(request_ids, ts_list, [self.combo[s] for s in slots], lengths, score_parts,
                               label_at, label_grade, base, accepted, late, detached,
-                              [self.user[s] for s in slots])  # issue 13: the requests' user keys
+                              [self.user[s] for s in slots])  # the requests' user keys
 
     # -- snapshot --------------------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
@@ -414,7 +413,7 @@ class PendingRequests:
             "rid": [self.rid[s] for s in slots],
             "ts": [self.ts[s] for s in slots],
             "combo": [self.combo[s] for s in slots],
-            "user": [self.user[s] for s in slots],  # issue 13
+            "user": [self.user[s] for s in slots],
             "record": [self.record[s] for s in slots],
             "count": [self.count[s] for s in slots],
             "positions": [None if self.positions[s] is None else self.positions[s].tobytes() for s in slots],  # type: ignore[union-attr]
@@ -444,7 +443,7 @@ class PendingRequests:
 
 
 def user_key(imp: Impression) -> int:
-    """A stable 64-bit key of the impression's user (issue 13, the GAUC group); without a ``user_id``,
+    """A stable 64-bit key of the impression's user (the GAUC group); without a ``user_id``,
     a key of the request itself, so such a request is a group of its own rather than one "unknown" user."""
     return user_key_of(imp.request_id, imp.user_id)
 

@@ -62,7 +62,7 @@ class StreamProcessor:
         translator: Any = None,
     ) -> None:
         self.config = config
-        # issue 22: a pipeline.events.translate.Translator makes process_batch read a team's own schema
+        # a pipeline.events.translate.Translator makes process_batch read a team's own schema
         # (pipeline/stream/mapped.py); None (the identity mapping) reads section 1 events as ever.
         self.translator = translator
         self.clock = clock
@@ -377,7 +377,7 @@ class StreamProcessor:
         metrics = per_request_metrics(batch.labels, batch.offsets, options)
         parts = aggregate_groups(
             metrics, batch.labels, batch.scores, inverse.reshape(-1), len(uniq), options,
-            gauc_keys=batch.users, gauc_open=True,  # issue 13: a user's requests span batches
+            gauc_keys=batch.users, gauc_open=True,  # a user's requests span batches
         )
         self._experiments.fold(batch, metrics, self._combo_keys)
         # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order

@@ -76,7 +76,7 @@ class SliceAccumulator:
             agg.clusters = agg.clusters if part.items == 0 else None
         elif part.clusters.n_bins:
             self.pending_clusters.append(part.clusters)
-        agg.merge_positions_and_gauc(part)  # issue 13
+        agg.merge_positions_and_gauc(part)
         n = part.histogram.n_distinct
         if n:
             self.pending.append(part.histogram)

@@ -235,7 +235,7 @@ class _Generator:
         req = _Request(
             f"r-{cfg.seed}-{i}", ts_ms, segment, surface, variant, model,
             [f"i-{pool[j]}" for j in served], list(range(1, n + 1)), [float(scores[j]) for j in served], [0] * n,
-            user_id or f"u-{i % 997}",  # issue 13: every request has a user, the GAUC group
+            user_id or f"u-{i % 997}",  # every request has a user, the GAUC group
         )
         return req, [int(grades[j]) for j in served]
 
@@ -258,7 +258,7 @@ class _Generator:
 
     def _impressions(self, i: int, req: _Request) -> None:
         cfg, rng = self.cfg, self.rng
-        # user_id first: list-form events keep their bytes; item-form events carry the user too (issue 13)
+        # user_id first: list-form events keep their bytes; item-form events carry the user too
         labels: dict[str, Any] = {"user_id": req.user_id, "segment": req.segment, "surface": req.surface,
                                   "variant": req.variant}
         if rng.random() < 0.9:
@@ -409,7 +409,7 @@ def _rows(requests: list[_Request]) -> pd.DataFrame:
 
 
 ROW_COLUMNS = ("request_id", "item_id", "position", "score", "label", "segment", "surface", "variant", "model",
-               "user_id", "request_ts")  # user_id: issue 13
+               "user_id", "request_ts")  # user_id: the GAUC group
 
 
 def ground_truth_rows(cfg: TrafficConfig) -> pd.DataFrame:

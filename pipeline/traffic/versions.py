@@ -1,4 +1,4 @@
-"""A sequence of model versions with a known offline-to-online transfer per segment (issue 21, item 5).
+"""A sequence of model versions with a known offline-to-online transfer per segment.
 
 Layout: :class:`VersionTransfer` (the settings: true slope per segment, spreads and noises);
 :func:`version_comparison` (version ``k`` against version ``k - 1`` -> its ledger entries, one per segment

@@ -1,4 +1,4 @@
-"""A backlog of 300,000+ messages is consumed to the end (issue 15's stall), windows equal to the truth.
+"""A backlog of 300,000+ messages is consumed to the end (the stall), windows equal to the truth.
 
 Before the fix the service counted about half of such a backlog and then nothing more, for good: the
 clicks buffer filled first, was paused, and kafka-python 3.0.12 never handed its parked records back

@@ -1,4 +1,4 @@
-"""kafka-python 3.0.12's parked-records bug (issue 15's backlog stall), reproduced with kafka-python alone.
+"""kafka-python 3.0.12's parked-records bug (the backlog stall), reproduced with kafka-python alone.
 
 A partition paused while its parsed records sit in the fetcher's in-line slot is "parked"; once another
 partition's records were all handed out, the slot holds a drained object instead of None and the parked

@@ -1,4 +1,4 @@
-"""The broker stopped at the moments that used to kill or stall ``rankwatch run`` (issue 15).
+"""The broker stopped at the moments that used to kill or stall ``rankwatch run``.
 
 Each scenario stops the real broker (deploy/kafka/local.sh) while an instance joins the group, while the
 group rebalances (one of two instances SIGKILLed and restarted, the broker stopped 2.5-4 s later, while

@@ -1,4 +1,4 @@
-"""A checkpoint restore longer than the session timeout does not expel the member (issue 15, item 2).
+"""A checkpoint restore longer than the session timeout does not expel the member.
 
 The restore runs on the loop thread while kafka-python's I/O thread keeps heartbeating
 (consumers/rebalance.py). Here the restore is made to take 9 s of CPU (a busy loop in front of the real

@@ -76,7 +76,7 @@ def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
         "rankwatch:alert_confidence_level:constant",
         "rankwatch:alert_confidence_z:constant",
         "rankwatch:interval_z:constant",
-        "rankwatch:alert_score_psi:constant",  # issue 13
+        "rankwatch:alert_score_psi:constant",
         "rankwatch:alert_score_min_items:constant",
     }
     assert all(re.fullmatch(r"vector\([0-9.]+\)", e) for e in constants.values())
@@ -96,7 +96,7 @@ def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
     for name in ("RankwatchQualityBelowBaseline", "RankwatchAUCDrop"):  # evidence: significant and material
         assert "scalar(rankwatch:alert_confidence_z:constant)" in by_name[name], name
         assert "rankwatch_ranking_quality_drift:stderr" in by_name[name], name
-    score = by_name["RankwatchScoreDistributionShift"]  # issue 13: both constants, no bare threshold
+    score = by_name["RankwatchScoreDistributionShift"]  # both constants, no bare threshold
     assert "scalar(rankwatch:alert_score_psi:constant)" in score
     assert "scalar(rankwatch:alert_score_min_items:constant)" in score
     assert set(re.findall(r"(?<![\w:.@])\d+(?:\.\d+)?(?![\w.])", score.replace('"5m"', ""))) == set()

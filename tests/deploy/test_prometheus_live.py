@@ -293,7 +293,7 @@ def test_aa_run_alongside_fires_nothing(warmed: Prometheus, stacks: Any) -> None
 def test_healthy_pipeline_raises_no_health_alert(warmed: Prometheus) -> None:
     """Only quality alerts are active: a fresh, healthy demo is not stalled, not down, not overflowing."""
     names = {a["labels"]["alertname"] for a in warmed.alerts()}
-    # RankwatchScoreDistributionShift is a model alert (issue 13): the regression lowers new_user's model quality,
+    # RankwatchScoreDistributionShift is a model alert: the regression lowers new_user's model quality,
     # which moves its scores; test_score_shift_alert_is_for_the_regressed_segment_only checks where it is.
     assert names <= {"RankwatchQualityBelowBaseline", "RankwatchAUCDrop", "RankwatchScoreDistributionShift"}, names
 

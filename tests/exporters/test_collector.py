@@ -32,7 +32,7 @@ from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import SliceKey
 
-METRICS = MetricOptions().metric_names  # issue 13 added P/R/hit rate, GAUC, positive rate
+METRICS = MetricOptions().metric_names  # P/R/hit rate, GAUC, positive rate included
 SEGMENTS = ("new_user", "returning", "power")
 SURFACES = ("home_feed", "search")
 

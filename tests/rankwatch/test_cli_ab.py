@@ -188,7 +188,7 @@ def test_logs_equal_the_ground_truth_rows(tmp_path: Path, capsys) -> None:
 ])  # fmt: skip
 def test_bad_input_is_one_line(tmp_path: Path, capsys, args: tuple[str, ...], message: str) -> None:
     path = tmp_path / "rows.csv"
-    # rows without user_id: the generator gives every request a user (issue 13), these rows must lack it
+    # rows without user_id: the generator gives every request a user, these rows must lack it
     evaluation_frame(TrafficConfig(seed=1), 50).drop(columns=["request_ts", "user_id"]).to_csv(path, index=False)
     inputs = () if args == () else (str(path),)
     assert main(["ab", *inputs, *args]) != 0

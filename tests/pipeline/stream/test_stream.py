@@ -30,7 +30,7 @@ T0 = datetime_to_ms(START)
 # AUC SEs of folded states (past 16,384 items, docs/metrics.md 4a): measured up to 1.5 % apart (AUC-PR,
 # 19,120 items) between the stream and the rows at once; twice that is the bound.
 AUC_SE_FOLDED_REL = 0.03
-RANK = MetricOptions().rank_metric_names  # every per-request mean (issue 13 added P/R/hit rate)
+RANK = MetricOptions().rank_metric_names  # every per-request mean (P/R/hit rate included)
 
 MESSY = TrafficConfig(
     seed=11, start=START, duration_s=3 * 3600, requests_per_second=0.3, duplicate_rate=0.05, malformed_rate=0.05,
@@ -76,7 +76,7 @@ def assert_same_document(got: dict, want: dict) -> None:
     pairs += list(zip(got["slices"], want["slices"], strict=True))
     for g, w in pairs:
         for key, expected in w.items():
-            if key == "score_distribution":  # a baseline file's reference for score drift (issue 13)
+            if key == "score_distribution":  # a baseline file's reference for score drift
                 continue
             if (key in RANK or key == "gauc") and expected is not None:
                 assert g[key] == pytest.approx(expected, abs=1e-9), key

@@ -22,9 +22,9 @@ from rankwatch.pipeline.traffic.generator import (
 
 def test_default_traffic_is_byte_identical_to_before_experiments() -> None:
     # sha256 of the default traffic (same script): a pin, not a metric value. First measured on main before
-    # ExperimentTraffic existed; re-pinned when issue 13 gave item-form impressions and the ground-truth rows
-    # a user_id (list-form impressions keep their bytes: user_id stays right after ts); re-pinned when issue 22
-    # made integer ids valid (the bad_type malformed event now carries "request_id": true, not 17).
+    # ExperimentTraffic existed; re-pinned when item-form impressions and the ground-truth rows gained
+    # a user_id (list-form impressions keep their bytes: user_id stays right after ts), and when integer
+    # ids became valid (the bad_type malformed event now carries "request_id": true, not 17).
     h = hashlib.sha256()
     for cfg in [TrafficConfig(), TrafficConfig(seed=3, duplicate_rate=0.1, malformed_rate=0.05, out_of_order_ms=5000,
                 item_form_share=0.2, rfc3339_share=0.3, orphan_rate=0.05, late_rate=0.05, duration_s=900)]:
