@@ -36,6 +36,7 @@ from typing import Any
 from rankwatch.consumers.batch_feed import feed_pair
 from rankwatch.consumers.checkpoints import CheckpointRef
 from rankwatch.consumers.core_process import RemoteProcessor
+from rankwatch.consumers.event_time import TimedRecord
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.processor import StreamProcessor
 
@@ -67,7 +68,7 @@ class PartitionPair:
         buf = self.buffers[tp]
         if self.event_time is not None:
             of, imp = self.event_time, tp == self.impressions_tp
-            records = [r._replace(timestamp=of(imp, r.value or b"")) for r in records]
+            records = [TimedRecord(r.offset, of(imp, r.value or b""), r.value) for r in records]
         if floor is None or (records and records[0].offset >= floor):
             buf.extend(records)  # the usual case (offsets ascend within a fetch): one C call
             return
