@@ -16,6 +16,12 @@ broker confirmed, by a request made after the record was fetched, that the other
 Without this, a burst on one topic followed by a far-ahead record could overtake the other topic's
 unfetched records and make them late.
 
+Event time (``[kafka] timestamps = "event"``, the default): most producers leave a record's timestamp at its
+send time, so a backfill (every impression of an hour produced before its clicks) would be merged with
+every impression first and each click late. With ``event_time`` set, :meth:`PartitionPair.add` replaces
+each buffered record's timestamp with its event's own time (consumers/event_time.py) and the merge and
+overtake rules below order by that, unchanged.
+
 ``next_offset`` of each topic is the offset after the last record *fed*; a checkpoint stores those, never
 the fetch position, so buffered records are fetched again after a restore.
 """
@@ -30,6 +36,7 @@ from typing import Any
 from rankwatch.consumers.batch_feed import feed_pair
 from rankwatch.consumers.checkpoints import CheckpointRef
 from rankwatch.consumers.core_process import RemoteProcessor
+from rankwatch.consumers.event_time import TimedRecord
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.processor import StreamProcessor
 
@@ -49,6 +56,7 @@ class PartitionPair:
     buffers: dict[Any, deque[Any]] = field(default_factory=dict)
     last_ts: dict[Any, int | None] = field(default_factory=dict)
     unconfirmed: set[Any] = field(default_factory=set)
+    event_time: Callable[[bool, bytes], int] | None = None  # (is_impression, value) -> ms; None: record time
 
     def __post_init__(self) -> None:
         self.buffers = {self.impressions_tp: deque(), self.clicks_tp: deque()}
@@ -58,6 +66,9 @@ class PartitionPair:
         """Buffer fetched records, skipping any the pair already fed (a fetch racing a seek)."""
         floor = self.next_offset.get(tp)
         buf = self.buffers[tp]
+        if self.event_time is not None:
+            of, imp = self.event_time, tp == self.impressions_tp
+            records = [TimedRecord(r.offset, of(imp, r.value or b""), r.value) for r in records]
         if floor is None or (records and records[0].offset >= floor):
             buf.extend(records)  # the usual case (offsets ascend within a fetch): one C call
             return

@@ -181,7 +181,7 @@ class Rebalancer(AsyncConsumerRebalanceListener):
             processor = svc._cores.new((p,))
             start = {tp: (committed[tp].offset if committed[tp] is not None and committed[tp].offset >= 0 else None)
                      for tp in (imp_tp, clk_tp)}
-            return PartitionPair(p, imp_tp, clk_tp, processor, start, max_skew_ms=skew)
+            return PartitionPair(p, imp_tp, clk_tp, processor, start, max_skew_ms=skew, event_time=svc.event_time)
         try:
             ok, got = svc._outage.attempt("checkpoint read", store.read, p, ref)
         except CheckpointError as e:
@@ -203,7 +203,7 @@ class Rebalancer(AsyncConsumerRebalanceListener):
             processor = svc._cores.new((p,))
         pair = PartitionPair(p, imp_tp, clk_tp, processor,
                              {imp_tp: checkpoint.impressions_offset, clk_tp: checkpoint.clicks_offset}, ref,
-                             max_skew_ms=skew)
+                             max_skew_ms=skew, event_time=svc.event_time)
         for stale in [*orphans, *([checkpoint.previous] if checkpoint.previous else [])]:
             try:
                 store.delete(p, stale)

@@ -45,6 +45,7 @@ from rankwatch.consumers.connect import ClientSet, Stopped, check_connection, ex
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.end_offsets import EndOffsets
+from rankwatch.consumers.event_time import event_time_of
 from rankwatch.consumers.fetch_compat import (
     VERIFIED_KAFKA_PYTHON,
     keep_join_awaited,
@@ -123,6 +124,8 @@ class ConsumerService:
             CoreProcess(stream, clock=clock, publish=self._publish, events=events) if kafka.core_process
             else InProcessCores(stream, clock=clock, events=events))
         self._watchdog = Watchdog(self)
+        # [kafka] timestamps = "event": buffered records carry their event's time (consumers/alignment.py).
+        self.event_time = event_time_of(events, stream.max_event_bytes) if kafka.timestamps == "event" else None
         self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
         self._fatal = False  # the loop ended with a FatalKafkaError: no final feed nor checkpoint
         self.partitions = 0

@@ -138,6 +138,10 @@ class KafkaSettings:
     core_process
         Run the streaming core in a second process (consumers/core_process.py, default): consuming and
         computing overlap on two cores. ``False`` keeps it in the consuming process (one core).
+    timestamps
+        How the two topics are merged before the core (consumers/alignment.py): ``"event"`` (default) by
+        each event's own (mapped) time, ``"record"`` by the Kafka record timestamps, which are event time
+        only when the producers set them so (docs/kafka.md, "Ordering the two topics").
     """
 
     bootstrap_servers: tuple[str, ...] = ("127.0.0.1:9092",)
@@ -157,12 +161,15 @@ class KafkaSettings:
     shutdown_timeout_s: float = 15.0
     retry_backoff_max_s: float = 5.0
     core_process: bool = True
+    timestamps: str = "event"
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
             raise ValueError("bootstrap_servers must name at least one broker")
         if self.impressions_topic == self.clicks_topic:
             raise ValueError("impressions_topic and clicks_topic must differ")
+        if self.timestamps not in ("event", "record"):
+            raise ValueError("timestamps must be 'event' or 'record'")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
         for name in ("checkpoint_interval_s", "tick_interval_s", "session_timeout_s", "shutdown_timeout_s",

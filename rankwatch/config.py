@@ -30,7 +30,8 @@ T = TypeVar("T")
 SCHEMA: dict[str, frozenset[str] | None] = {
     "kafka": frozenset({"bootstrap_servers", "group_id", "auto_offset_reset", "checkpoint_interval",
                        "max_poll_records", "max_buffered_records", "tick_interval", "session_timeout",
-                       "instance_id", "security", "shutdown_timeout", "retry_backoff_max", "core_process"}),
+                       "instance_id", "security", "shutdown_timeout", "retry_backoff_max", "core_process",
+                       "timestamps"}),
     "topics": frozenset({"impressions", "clicks", "dead_letter", "checkpoints"}),
     "windows": frozenset({"sizes", "attribution", "allowed_disorder", "idle_timeout", "finalize_step"}),
     "slices": frozenset({"by", "max_values_per_label"}),
@@ -91,7 +92,6 @@ class RunConfig:
     experiments: tuple[ExperimentSpec, ...] = ()  # [[experiments]] (docs/experiments.md)
     events: EventMapping = IDENTITY  # [events.impressions] / [events.clicks] (docs/mapping.md)
     schema_registry: SchemaRegistrySettings | None = None  # [schema_registry], when given
-    timestamps: str = "record"  # [kafka] timestamps: order the topics by record or event time
     # [transfer] (docs/transfer.md): ledgers served as rankwatch_transfer_* gauges
     transfer_ledgers: tuple[Path, ...] = ()
     transfer_reload_ms: int = 10_000
@@ -191,15 +191,11 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
     d = base / directory if directory else None
     if d is not None and not d.is_dir():
         raise bl.fail("directory", f"not a directory: {d}")
-    timestamps = r["kafka"].get("timestamps", str, "record")
-    if timestamps not in ("record", "event"):
-        raise r["kafka"].fail("timestamps", f"must be 'record' or 'event', got {timestamps!r}")
     cfg = RunConfig(kafka=kafka, stream=stream, exporter=exporter,
                     windows_out=(base / out) if out else None, baselines=tuple(files),
                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), baseline_directory=d,
                     experiments=experiments, events=EventMapping.from_tables(raw.get("events"), where=where),
-                    schema_registry=_registry(r["schema_registry"], base) if "schema_registry" in raw else None,
-                    timestamps=timestamps)
+                    schema_registry=_registry(r["schema_registry"], base) if "schema_registry" in raw else None)
     return _with_transfer(cfg, r["transfer"], base)
 
 
@@ -308,7 +304,15 @@ def _kafka(k: _Reader, t: _Reader, where: str, base: Path = Path(".")) -> KafkaS
         shutdown_timeout_s=k.duration_ms("shutdown_timeout", 15_000) / 1000,
         retry_backoff_max_s=k.duration_ms("retry_backoff_max", 5_000) / 1000,
         core_process=k.get("core_process", bool, True),
+        timestamps=_timestamps(k),
     )
+
+
+def _timestamps(k: _Reader) -> str:
+    value = k.get("timestamps", str, "event")
+    if value not in ("record", "event"):
+        raise k.fail("timestamps", f"must be 'record' or 'event', got {value!r}")
+    return value
 
 
 def _stream(r: dict[str, _Reader], where: str) -> StreamConfig:

@@ -33,6 +33,7 @@ from rankwatch.pipeline.offline.baseline import BaselineResult
 from rankwatch.pipeline.offline.batches import EVALUATION_COLUMNS, RowBatch, expand_inputs
 from rankwatch.pipeline.offline.partial import PartialBaseline, merge_partials
 from rankwatch.pipeline.offline.readers import InvalidEvaluationData
+from rankwatch.pipeline.offline.renames import ColumnMap
 from rankwatch.pipeline.offline.streaming import score_grouped
 from rankwatch.pipeline.slicing import SliceSpec
 
@@ -140,10 +141,11 @@ def local_session(master: str = "local[2]") -> SparkSession:
     return session
 
 
-def read_inputs(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+def read_inputs(spark: SparkSession, paths: Sequence[str], columns: ColumnMap | None = None) -> DataFrame:
     """Files, directories (hive partitions become columns) and globs as one DataFrame, by column name.
 
     CSV values are read as text (as the pandas path does) and JSONL with Spark's type inference.
+    ``columns`` renames the files' own columns (``--columns``); a mapped column no input has is an error.
     """
     files = expand_inputs(paths)  # the same errors as the local engine for missing files
     by_format: dict[str, list[str]] = {}
@@ -164,6 +166,13 @@ def read_inputs(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     out = frames[0]
     for other in frames[1:]:
         out = out.unionByName(other, allowMissingColumns=True)
+    if columns:
+        problem = columns.missing(out.columns)
+        if problem:
+            names = ", ".join(out.columns) or "none"
+            raise InvalidEvaluationData(f"{_SOURCE}: {problem} (columns found: {names})")
+        renamed = [(c, n) for c in out.columns for n in columns.names([c])]  # shadowed columns dropped
+        out = out.select(*(out[f"`{c}`"].alias(n) for c, n in renamed))
     return out
 
 
@@ -174,6 +183,7 @@ def spark_baseline_from_files(
     slice_spec: SliceSpec | None = None,
     skip_invalid: bool = False,
     master: str = "local[2]",
+    columns: ColumnMap | None = None,
 ) -> BaselineResult:
     """``rankwatch offline --engine spark``: read the inputs with Spark and compute their baseline.
 
@@ -184,7 +194,7 @@ def spark_baseline_from_files(
     active = SparkSession.getActiveSession()
     spark = active or local_session(master)
     try:
-        df = read_inputs(spark, paths)
+        df = read_inputs(spark, paths, columns)
         return spark_baseline(df, options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
                               inputs=tuple(paths))  # fmt: skip
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,10 @@ from rankwatch.pipeline.events.validation import Rejection, RejectReason
 Getter = Callable[[Any], Any]
 TS_UNITS = ("ms", "s", "us", "ns", "rfc3339")
 _SEGMENT = re.compile(r"[^.\s]+")
+# What a compiled getter does, when it is simple enough for a caller to inline (the items loop of
+# pipeline.events.translate): a single-key getter's key, and a rule that only shifts a single key's integer.
+SINGLE_KEY: weakref.WeakKeyDictionary[Getter, str] = weakref.WeakKeyDictionary()
+SHIFTED_KEY: weakref.WeakKeyDictionary[Getter, tuple[str, int]] = weakref.WeakKeyDictionary()
 
 
 def parse_path(text: str) -> tuple[str, ...]:
@@ -50,7 +55,27 @@ def compile_path(keys: tuple[str, ...]) -> Getter:
                 return tree.get(key)
             return None if tree is None else _through(text, key, tree)
 
+        SINGLE_KEY[get_one] = key
         return get_one
+    general = _walk(text, steps)
+    if len(steps) == 2 and steps[0][1] is None and steps[1][1] is None:  # "req.id": the usual nesting
+        first, second = keys
+
+        def get_two(tree: Any) -> Any:
+            if type(tree) is dict:
+                inner = tree.get(first)
+                if type(inner) is dict:
+                    return inner.get(second)
+                if inner is None:
+                    return None
+            return general(tree)
+
+        return get_two
+    return general
+
+
+def _walk(text: str, steps: tuple[tuple[str, int | None], ...]) -> Getter:
+    """The general getter: every step, list indexes and mappings other than dict included."""
 
     def get(tree: Any) -> Any:
         value = tree
@@ -154,6 +179,8 @@ def compile_rule(getter: Getter, *, default: Any = None, value_map: Mapping[str,
                 v = vmap[key]
         return v if convert is None else convert(v)
 
+    if default is None and vmap is None and getter in SINGLE_KEY and convert is not None and convert in SHIFTED_KEY:
+        SHIFTED_KEY[rule] = (SINGLE_KEY[getter], SHIFTED_KEY[convert][1])
     return rule
 
 
@@ -165,4 +192,5 @@ def position_converter(base: int) -> Callable[[Any], Any] | None:
     def shift(v: Any) -> Any:
         return v + 1 if type(v) is int else v
 
+    SHIFTED_KEY[shift] = ("", 1)
     return shift

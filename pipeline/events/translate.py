@@ -24,11 +24,21 @@ import numpy as np
 from rankwatch.pipeline.errors import ConfigError
 from rankwatch.pipeline.events.logs import NO_TS
 from rankwatch.pipeline.events.mapping import REQUIRED, EventMapping, StreamMapping
+from rankwatch.pipeline.events.paths import SHIFTED_KEY, SINGLE_KEY
 from rankwatch.pipeline.events.validation import Rejection, RejectReason
 
 Decoder = Callable[[bytes], Any]  # raw bytes -> a record tree, or a Rejection
 _encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
+
+
+class _Item(msgspec.Struct):
+    """One translated item: built positionally and encoded as ``{"item_id", "position", "score"}`` (the
+    bytes of the dict it replaces, in a third of the time)."""
+
+    item_id: Any
+    position: Any
+    score: Any
 
 
 def digest_id(raw: bytes) -> str:
@@ -223,6 +233,11 @@ def _tree_translator(sm: StreamMapping) -> Callable[[Any, bytes], Any]:
     get_items, items_missing = items_field.get, _missing("items", items_field.path)
     items_path = items_field.path
     (_, g_id, m_id), (_, g_pos, m_pos), (_, g_score, m_score) = item_plan
+    # The usual element: single keys (a 0-based position shifted) read inline with dict.get, no calls per
+    # field; an element that is not an object, or any other rule, takes the getters.
+    k_id, k_score = SINGLE_KEY.get(g_id), SINGLE_KEY.get(g_score)
+    k_pos, shift = (SINGLE_KEY[g_pos], 0) if g_pos in SINGLE_KEY else SHIFTED_KEY.get(g_pos, (None, 0))
+    inline = k_id is not None and k_pos is not None and k_score is not None
 
     def nested(tree: Any, raw: bytes) -> Any:
         out = event_fields(tree, raw)
@@ -236,15 +251,22 @@ def _tree_translator(sm: StreamMapping) -> Callable[[Any, bytes], Any]:
                 return elements
             return Rejection(RejectReason.bad_type, f"path {items_path}: expected an array, got "
                                                     f"{type(elements).__name__}")
-        items: list[dict[str, Any]] = []
+        items: list[_Item] = []
         add = items.append
         for el in elements:
+            if inline and type(el) is dict:
+                iid, pos, score = el.get(k_id), el.get(k_pos), el.get(k_score)
+                if iid is not None and pos is not None and score is not None:
+                    if shift and type(pos) is int:
+                        pos += shift
+                    add(_Item(iid, pos, score))
+                    continue
             iid, pos, score = g_id(el), g_pos(el), g_score(el)
             if iid is None or pos is None or score is None:
                 return m_id if iid is None else m_pos if pos is None else m_score
             if type(iid) is Rejection or type(pos) is Rejection or type(score) is Rejection:
                 return next(v for v in (iid, pos, score) if type(v) is Rejection)
-            add({"item_id": iid, "position": pos, "score": score})
+            add(_Item(iid, pos, score))
         out["items"] = items
         try:
             return [encode(out)]

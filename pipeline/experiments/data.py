@@ -32,6 +32,7 @@ import pandas as pd
 from rankwatch.pipeline.events.records import Feedback, Impression
 from rankwatch.pipeline.events.validation import (
     DEFAULT_ACTION_GRADES,
+    Rejection,
     feedback_or_rejection,
     impression_or_rejection,
 )
@@ -280,6 +281,16 @@ class LogJoin:
         return True
 
 
+def _translated(translator: Any, stream: str, raws: Iterable[bytes], counts: LogJoin) -> Iterable[bytes]:
+    """Section 1 events of a team's messages (a rejected message is counted, not passed on)."""
+    for raw in raws:
+        out = translator.translate(stream, raw)
+        if type(out) is Rejection:
+            counts.accept(stream, out, set())
+            continue
+        yield from out
+
+
 def rows_from_logs(
     impressions: Iterable[bytes],
     clicks: Iterable[bytes],
@@ -288,9 +299,18 @@ def rows_from_logs(
     action_grades: Mapping[str, int] = DEFAULT_ACTION_GRADES,
     max_event_bytes: int = 1_000_000,
     max_items: int = 200,
+    translator: Any = None,
 ) -> tuple[pd.DataFrame, LogJoin]:
-    """Evaluation rows (plus ``user_id``, ``request_ts``) of complete logs, and the join's counts."""
+    """Evaluation rows (plus ``user_id``, ``request_ts``) of complete logs, and the join's counts.
+
+    ``translator`` (a :class:`~pipeline.events.translate.Translator`, SPEC section 6) reads logs in a team's
+    own schema: every message goes through the translate step of ``replay --config`` and ``run`` first, and
+    a message it rejects is counted under its reason like a bad section 1 event.
+    """
     counts = LogJoin()
+    if translator is not None:
+        impressions = _translated(translator, "impressions", impressions, counts)
+        clicks = _translated(translator, "clicks", clicks, counts)
     seen: set[str] = set()
     requests: dict[str, dict[str, Any]] = {}
     for raw in impressions:

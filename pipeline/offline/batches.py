@@ -42,11 +42,20 @@ from rankwatch.pipeline.offline.readers import (
     detect_format,
     jsonl_records,
 )
+from rankwatch.pipeline.offline.renames import ColumnMap
 
 IntArray = npt.NDArray[np.int64]
 EVALUATION_COLUMNS: tuple[str, ...] = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)
 _CSV_OPTIONS: dict[str, Any] = {"dtype": str, "keep_default_na": False, "na_values": [], "encoding": "utf-8-sig"}
 _GLOB_CHARS = set("*?[")
+_NO_MAP = ColumnMap()
+
+
+def _check_mapped(f: InputFile, cols: Sequence[str], columns: ColumnMap) -> None:
+    problem = columns.missing(cols)
+    if problem:
+        found = ", ".join(map(str, cols)) or "none"
+        raise InvalidEvaluationData(f"{f.name}: {problem} (columns found: {found})")
 
 
 @dataclass(frozen=True)
@@ -152,13 +161,16 @@ def estimated_rows(files: Sequence[InputFile]) -> int:
     return total
 
 
-def file_columns(files: Sequence[InputFile]) -> list[str]:
-    """Evaluation columns found in any Parquet or CSV input (checks required columns per file)."""
+def file_columns(files: Sequence[InputFile], columns: ColumnMap = _NO_MAP) -> list[str]:
+    """Evaluation columns found in any Parquet or CSV input, by rankwatch's names (checks the mapped and
+    the required columns per file)."""
     seen: dict[str, None] = {}
     for f in files:
         cols = _header(f)
         if cols is None:
             continue
+        _check_mapped(f, cols, columns)
+        cols = columns.names(cols)
         missing = [c for c in REQUIRED_COLUMNS if c not in cols]
         if missing:
             found = ", ".join(map(str, cols)) or "none"
@@ -185,18 +197,21 @@ def _header(f: InputFile) -> list[str] | None:
 
 
 def iter_batches(
-    files: Sequence[InputFile], batch_rows: int, *, skip_invalid: bool = False
+    files: Sequence[InputFile], batch_rows: int, *, skip_invalid: bool = False, renames: ColumnMap = _NO_MAP
 ) -> Iterator[RowBatch]:
-    """Batches of at most ``batch_rows`` rows of every file in turn (see the module docstring)."""
-    columns = file_columns(files)
+    """Batches of at most ``batch_rows`` rows of every file in turn (see the module docstring); ``renames``
+    reads the files' own column names (``--columns``, :mod:`pipeline.offline.renames`)."""
+    columns = file_columns(files, renames)
     for index, f in enumerate(files):
         if f.fmt == "parquet":
-            chunks = _parquet_chunks(f, batch_rows)
+            chunks = _parquet_chunks(f, batch_rows, renames)
         elif f.fmt == "csv":
             chunks = _csv_chunks(f, batch_rows, skip_invalid)
         else:
-            chunks = _jsonl_chunks(f, max(1, batch_rows // 4), skip_invalid)  # dicts cost ~1 kB a row
+            chunks = _jsonl_chunks(f, max(1, batch_rows // 4), skip_invalid, renames)  # dicts cost ~1 kB a row
         for frame, numbers, lost in chunks:
+            if f.fmt == "csv":
+                frame = renames.frame(frame)
             columns += [c for c in frame.columns if c not in columns]  # JSONL: columns seen so far
             for c in EVALUATION_COLUMNS:
                 if c not in frame.columns and (c in columns or c in REQUIRED_COLUMNS):
@@ -205,16 +220,18 @@ def iter_batches(
             yield RowBatch(frame, np.full(len(frame), index, dtype=np.int64), numbers, lost)
 
 
-def _parquet_chunks(f: InputFile, batch_rows: int) -> Iterator[tuple[pd.DataFrame, IntArray, dict[str, int]]]:
+def _parquet_chunks(
+    f: InputFile, batch_rows: int, renames: ColumnMap
+) -> Iterator[tuple[pd.DataFrame, IntArray, dict[str, int]]]:
     try:
         # pre_buffer (the default) keeps the coalesced reads of every row group read so far in Arrow's
         # pool: +250 MB over a 300 MB file. Without it, the reader holds one row group's pages at a time.
         pf = pq.ParquetFile(f.path, pre_buffer=False)
-        cols = [c for c in pf.schema_arrow.names if c in EVALUATION_COLUMNS]
+        cols = [c for c in pf.schema_arrow.names if any(n in EVALUATION_COLUMNS for n in renames.names([c]))]
         start = 1
         for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
-            frame = rb.to_pandas()
-            for key, value in f.partition:
+            frame = renames.frame(rb.to_pandas())
+            for key, value in ((n, v) for k, v in f.partition for n in renames.names([k])):
                 if key in EVALUATION_COLUMNS and key not in frame.columns:
                     frame[key] = value
             yield frame, np.arange(start, start + len(frame), dtype=np.int64), {}
@@ -262,7 +279,7 @@ def _csv_chunks(
 
 
 def _jsonl_chunks(
-    f: InputFile, batch_rows: int, skip_invalid: bool
+    f: InputFile, batch_rows: int, skip_invalid: bool, renames: ColumnMap
 ) -> Iterator[tuple[pd.DataFrame, IntArray, dict[str, int]]]:
     records: list[dict[str, Any]] = []
     lines: list[int] = []
@@ -275,18 +292,21 @@ def _jsonl_chunks(
         records.append(obj)
         lines.append(number)
         if len(records) >= batch_rows:
-            yield _records_frame(records, seen), np.asarray(lines, dtype=np.int64), lost
+            yield _records_frame(records, seen, renames), np.asarray(lines, dtype=np.int64), lost
             records, lines, lost = [], [], {}
     if records or lost:
-        yield _records_frame(records, seen), np.asarray(lines, dtype=np.int64), lost
-    missing = [c for c in REQUIRED_COLUMNS if c not in seen]
-    if missing:  # the in-memory reader checks the whole file's columns; so do we, at its end
+        yield _records_frame(records, seen, renames), np.asarray(lines, dtype=np.int64), lost
+    _check_mapped(f, list(seen), renames)  # the in-memory reader checks the whole file's columns; so do we
+    named = renames.names(seen)
+    missing = [c for c in REQUIRED_COLUMNS if c not in named]
+    if missing:  # at its end
         found = ", ".join(seen) or "none"
         raise InvalidEvaluationData(f"{f.name}: missing column {missing[0]!r} (columns found: {found})")
 
 
-def _records_frame(records: list[dict[str, Any]], seen: dict[str, None]) -> pd.DataFrame:
+def _records_frame(records: list[dict[str, Any]], seen: dict[str, None], renames: ColumnMap) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=list(REQUIRED_COLUMNS))
     if records:
         seen.update((str(c), None) for c in frame.columns)
+        frame = renames.frame(frame)
     return frame[[c for c in frame.columns if c in EVALUATION_COLUMNS]]

@@ -47,6 +47,7 @@ from rankwatch.pipeline.offline.grouping import (
     renumber,
     uniform_within_runs,
 )
+from rankwatch.pipeline.offline.renames import ColumnMap
 from rankwatch.pipeline.slicing import SLICE_LABELS
 
 IntArray = npt.NDArray[np.int64]
@@ -147,12 +148,14 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def read_evaluation_files(
-    paths: Sequence[str | os.PathLike[str]], *, skip_invalid: bool = False, key_by_model: bool = False
+    paths: Sequence[str | os.PathLike[str]], *, skip_invalid: bool = False, key_by_model: bool = False,
+    columns: ColumnMap | None = None,
 ) -> EvaluationSet:
     """Read and validate CSV / JSONL / Parquet evaluation files into one :class:`EvaluationSet`.
 
     ``key_by_model``: a request is a (model, request_id) pair (request ids become ``model + "\\x1f" +
     request_id``, :func:`model_key`; issue 21, paired offline differences), so several models may score one request.
+    ``columns``: the files' own column names (:mod:`pipeline.offline.renames`, ``--columns``).
 
     Raises ``FileNotFoundError`` for a missing file and :class:`InvalidEvaluationData` for a file that
     cannot be used (missing column, unknown format) or, unless ``skip_invalid``, for the first bad row.
@@ -176,6 +179,12 @@ def read_evaluation_files(
             frame, rows, bad = _read_parquet(Path(path), name), None, {}
         for reason, n in bad.items():
             lost[reason] = lost.get(reason, 0) + n
+        if columns:
+            problem = columns.missing(map(str, frame.columns))
+            if problem:
+                found = ", ".join(map(str, frame.columns)) or "none"
+                raise InvalidEvaluationData(f"{name}: {problem} (columns found: {found})")
+            frame = columns.frame(frame)
         missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
         if missing:
             found = ", ".join(map(str, frame.columns)) or "none"

@@ -48,6 +48,7 @@ from rankwatch.pipeline.offline.batches import (
 from rankwatch.pipeline.offline.grouping import differs_from_previous
 from rankwatch.pipeline.offline.partial import PartialBaseline, partial_baseline
 from rankwatch.pipeline.offline.readers import USER_COLUMN, InvalidEvaluationData, validate_rows
+from rankwatch.pipeline.offline.renames import ColumnMap
 from rankwatch.pipeline.offline.spill import SpillPartitions, request_hashes
 from rankwatch.pipeline.slicing import SliceSpec
 
@@ -114,13 +115,15 @@ def stream_baseline(
     progress: ProgressFn | None = None,
     stats: StreamStats | None = None,
     partition_by: str = "request_id",
+    columns: ColumnMap | None = None,
 ) -> BaselineResult:
     """The baseline of the inputs (files, directories, globs) in bounded memory; see the module docstring.
 
     ``batch_rows`` overrides the size the budget gives (tests use tiny batches). ``partition_by`` names
     the column the scattered layout hashes: another column that is constant within a request (a user id,
     for metrics that need all requests of a user together) makes every partition hold complete groups of
-    that column; it implies the scattered layout. Raises
+    that column; it implies the scattered layout. ``columns`` reads the files' own column names
+    (``--columns``, :mod:`pipeline.offline.renames`). Raises
     ``FileNotFoundError`` and :class:`~pipeline.offline.readers.InvalidEvaluationData` like
     :func:`pipeline.offline.readers.read_evaluation_files`.
     """
@@ -132,6 +135,7 @@ def stream_baseline(
     stats.batch_rows = rows_per_batch
     run = _Run(files, options, slice_spec.by, skip_invalid, rows_per_batch, progress, stats)
     run.partition_by = partition_by
+    run.renames = columns or ColumnMap()
     if layout == "scattered" or partition_by != "request_id":
         partial = run.scattered(spill_dir)
     else:
@@ -288,6 +292,7 @@ class _Run:
         self.skip_invalid, self.batch_rows, self.stats = skip_invalid, batch_rows, stats
         self.progress = progress
         self.partition_by = "request_id"
+        self.renames = ColumnMap()
         self.names = [f.name for f in files]
         self.rows_read = 0
 
@@ -310,7 +315,8 @@ class _Run:
         user_gauc = self.options.gauc_group == "user"
 
         def counted() -> Iterator[RowBatch]:
-            for batch in iter_batches(self.files, self.batch_rows, skip_invalid=self.skip_invalid):
+            for batch in iter_batches(self.files, self.batch_rows, skip_invalid=self.skip_invalid,
+                                      renames=self.renames):
                 if user_gauc and USER_COLUMN in batch.frame.columns:
                     raise UsersNeedPartitions()
                 self.rows_read += len(batch)
@@ -335,7 +341,7 @@ class _Run:
             try:
                 # Half batches while spilling: its hashes, sort and pieces cost more per row than scoring.
                 for batch in iter_batches(self.files, max(MIN_BATCH_ROWS, self.batch_rows // 2),
-                                          skip_invalid=self.skip_invalid):  # fmt: skip
+                                          skip_invalid=self.skip_invalid, renames=self.renames):  # fmt: skip
                     self.rows_read += len(batch)
                     self.stats.batches += 1
                     partial.count_skipped(batch.lost)

@@ -32,7 +32,8 @@ def _csv(values: tuple[str, ...]) -> list[str]:
 @click.option("--prometheus", "prometheus_url", default=None, metavar="URL",
               help="A running fleet: read the rankwatch_experiment_* sums through Prometheus' HTTP API.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="TOML with [[experiments]] (the run configuration).")
+              help="TOML with [[experiments]] (the run configuration); its [events.*] tables read logs "
+                   "in the team's own schema (docs/mapping.md).")
 @click.option("--experiment", "experiment_name", default=None, help="Which [[experiments]] entry (default: the only one).")
 @click.option("--name", default="experiment", show_default=True, help="Experiment name (without --config).")
 @click.option("--label", "--arm", "label", default=None,
@@ -121,7 +122,9 @@ def command(
             evalset = read_evaluation_files(list(inputs), skip_invalid=skip_invalid)
             users, ts = request_extras(evalset, _read_extras(inputs))
         else:
-            frame, _counts = rows_from_logs(_lines(imp_paths), _lines(clk_paths), attribution_window_ms=attr_ms)
+            translator = _translator(config_path)
+            frame, _counts = rows_from_logs(_lines(imp_paths), _lines(clk_paths), attribution_window_ms=attr_ms,
+                                            translator=translator)  # fmt: skip
             if frame.empty:
                 raise RankwatchError("no valid impressions in the logs")
             evalset = validate_evaluation_frame(frame, source="logs")
@@ -175,17 +178,18 @@ def _spec(config_path: Path | None, which: str | None, name: str, overrides: dic
         from rankwatch.config import load_config
 
         experiments = load_config(config_path).experiments
-        if not experiments:
+        if not experiments and which is not None:
             raise ConfigError(f"{config_path}: no [[experiments]]")
         chosen = [e for e in experiments if which is None or e.name == which]
         if which is None and len(experiments) > 1:
             raise ConfigError(f"{config_path}: several experiments, pick one with --experiment "
                               f"({', '.join(e.name for e in experiments)})")  # fmt: skip
-        if not chosen:
+        if not chosen and which is not None:
             raise ConfigError(f"{config_path}: no experiment named {which!r}")
-        base = chosen[0].to_dict()
-        base.pop("split") if "split" in overrides else None
-        base["max_users"], base["user_buckets"] = chosen[0].max_users, chosen[0].user_buckets
+        if chosen:  # a config without [[experiments]] (only [events.*], say): the options describe it
+            base = chosen[0].to_dict()
+            base.pop("split") if "split" in overrides else None
+            base["max_users"], base["user_buckets"] = chosen[0].max_users, chosen[0].user_buckets
     elif which is not None:
         raise ConfigError("--experiment needs --config")
     merged = {**base, **overrides}
@@ -195,6 +199,16 @@ def _spec(config_path: Path | None, which: str | None, name: str, overrides: dic
         return experiment_from_dict(merged)
     except ValueError as e:
         raise ConfigError(f"experiment {e}") from None
+
+
+def _translator(config_path: Path | None) -> Any:
+    """The [events.*] translator of ``--config`` (None without one or for a config that maps nothing)."""
+    if config_path is None:
+        return None
+    from rankwatch.commands.replay import events_translator
+    from rankwatch.pipeline.stream.config import StreamConfig
+
+    return events_translator(str(config_path), StreamConfig().max_event_bytes)
 
 
 def _lines(paths: list[str]) -> Any:

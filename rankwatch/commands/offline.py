@@ -78,11 +78,14 @@ def _cutoffs(value: str | None, option: str) -> tuple[int, ...] | None:
               help="Folder for the spill files of scattered rows (default: the system temp folder).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr (default: when stderr is a terminal).")
+@click.option("--columns", "columns_text", default=None, metavar="FIELD=COLUMN[,...]",
+              help="The inputs' own column names, e.g. request_id=qid,label=rel (any offline column).")
 def command(
     inputs: tuple[str, ...], fmt: str, output: str | None, k: str | None, ndcg_k: str | None,
     map_k: str | None, precision_k: str, recall_k: str, hit_rate_k: str, gauc_group: str, gauc_weight: str,
     gain: str, map_norm: str, no_relevant: str, by: str, max_label_values: int, skip_invalid: bool,
     engine: str, spark_master: str, memory_limit: str, layout: str, spill_dir: str | None, progress: bool | None,
+    columns_text: str | None,
 ) -> None:  # fmt: skip
     """Compute MRR, NDCG@k, MAP@k, precision/recall/hit rate@k, AUC-ROC, AUC-PR, GAUC, the positive rate
     and click-through by position per slice of an evaluation set.
@@ -115,6 +118,12 @@ def command(
         slice_spec = SliceSpec(by=labels, max_values_per_label=max_label_values)
     except ValueError as e:
         raise ConfigError(f"bad option: {e}") from None
+    from rankwatch.pipeline.offline.renames import parse_columns
+
+    try:
+        columns = parse_columns(columns_text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     from rankwatch.pipeline.offline.streaming import StreamStats
 
     budget = parse_size(memory_limit, "--memory-limit")
@@ -122,9 +131,10 @@ def command(
     show = sys.stderr.isatty() if progress is None else progress
     try:
         if engine == "spark":
-            result = _spark_baseline(inputs, options, slice_spec, skip_invalid, spark_master)
+            result = _spark_baseline(inputs, options, slice_spec, skip_invalid, spark_master, columns)
         else:
-            result = _local_baseline(inputs, options, slice_spec, skip_invalid, budget, layout, spill_dir, show, stats)
+            result = _local_baseline(inputs, options, slice_spec, skip_invalid, budget, layout, spill_dir, show, stats,
+                                     columns)  # fmt: skip
     except FileNotFoundError as e:
         raise RankwatchError(str(e).strip("'\"")) from None
     except InvalidEvaluationData as e:
@@ -169,20 +179,20 @@ def parse_size(value: str, option: str) -> int:
 
 def _local_baseline(
     inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, budget: int, layout: str,
-    spill_dir: str | None, show_progress: bool, stats: Any,
+    spill_dir: str | None, show_progress: bool, stats: Any, columns: Any = None,
 ) -> BaselineResult:  # fmt: skip
     from rankwatch.pipeline.offline.streaming import stream_baseline
 
     if not show_progress:
         return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
                                memory_limit=budget, layout=layout, spill_dir=spill_dir,  # type: ignore[arg-type]
-                               stats=stats)  # fmt: skip
+                               stats=stats, columns=columns)  # fmt: skip
     from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("[bold]{task.fields[phase]}"), TextColumn("{task.fields[rows]:>14,} rows"),
+    bar_columns = (TextColumn("[bold]{task.fields[phase]}"), TextColumn("{task.fields[rows]:>14,} rows"),
                TextColumn("{task.fields[requests]:>12,} requests"), TextColumn("{task.fields[rate]:>10} rows/s"),
                TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, transient=True, console=_stderr_console()) as bar:
+    with Progress(*bar_columns, transient=True, console=_stderr_console()) as bar:
         task = bar.add_task("offline", phase="reading", rows=0, requests=0, rate="-")
 
         def report(phase: str, rows: int, requests: int) -> None:
@@ -192,7 +202,7 @@ def _local_baseline(
 
         return stream_baseline(list(inputs), options=options, slice_spec=slice_spec, skip_invalid=skip_invalid,
                                memory_limit=budget, layout=layout, spill_dir=spill_dir,  # type: ignore[arg-type]
-                               progress=report, stats=stats)  # fmt: skip
+                               progress=report, stats=stats, columns=columns)  # fmt: skip
 
 
 def _stderr_console() -> Any:
@@ -202,7 +212,7 @@ def _stderr_console() -> Any:
 
 
 def _spark_baseline(
-    inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, master: str
+    inputs: tuple[str, ...], options: Any, slice_spec: Any, skip_invalid: bool, master: str, columns: Any = None
 ) -> BaselineResult:
     try:
         from rankwatch.spark import spark_baseline_from_files
@@ -212,7 +222,7 @@ def _spark_baseline(
 
     try:
         return spark_baseline_from_files(list(inputs), options=options, slice_spec=slice_spec,
-                                         skip_invalid=skip_invalid, master=master)  # fmt: skip
+                                         skip_invalid=skip_invalid, master=master, columns=columns)  # fmt: skip
     except (InvalidEvaluationData, FileNotFoundError, RankwatchError):
         raise
     except Exception as e:  # Py4J / PySpark errors carry a JVM stack trace: keep its first line

@@ -29,6 +29,7 @@ def _run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple
         ("[kafka]\nauto_offset_reset = 'middle'\n", "kafka.auto_offset_reset"),
         ("[kafka]\nmax_poll_records = 0\n", "kafka.max_poll_records: must be >= 1"),
         ("[kafka]\ncore_process = 'yes'\n", "kafka.core_process: expected bool"),
+        ("[kafka]\ntimestamps = 'send'\n", "kafka.timestamps: must be 'record' or 'event'"),
         ("[topics]\nimpressions = 'x'\nclicks = 'x'\n", "topics.clicks: must differ"),
         ("[slices]\nby = ['colour']\n", "slices.by: cannot slice by 'colour'"),
         ("[metrics]\ngain = 'cubic'\n", "metrics.gain"),
@@ -64,6 +65,11 @@ def test_example_config_loads_and_passes_security_settings_through() -> None:
                                                       "sasl_plain_username": "u", "sasl_plain_password": "p"}}})
     kwargs = secure.kafka.client_kwargs()
     assert kwargs["security_protocol"] == "SASL_SSL" and kwargs["sasl_plain_password"] == "p"
+
+
+def test_kafka_timestamps_default_to_event_time() -> None:
+    assert config_from_dict({}).kafka.timestamps == "event"
+    assert config_from_dict({"kafka": {"timestamps": "record"}}).kafka.timestamps == "record"
 
 
 def test_defaults_match_the_spec() -> None:
