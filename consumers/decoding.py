@@ -121,11 +121,11 @@ def format_specs(mapping: EventMapping, *, base: Path = Path("."), registry: obj
     return specs
 
 
-def _rejecting(decode: Callable[[bytes], object], max_event_bytes: int) -> Decoder:
+def rejecting(decode: Callable[[bytes], object], max_event_bytes: int) -> Decoder:
     """``decode`` with bad bytes as Rejections (RegistryUnavailable passes through)."""
     undecodable, unknown, too_large = RejectReason.undecodable, RejectReason.unknown_schema, RejectReason.too_large
 
-    def rejecting(raw: bytes) -> Any:
+    def decode_or_reject(raw: bytes) -> Any:
         if len(raw) > max_event_bytes:
             return Rejection(too_large, f"{len(raw)} bytes > {max_event_bytes}")
         try:
@@ -133,7 +133,7 @@ def _rejecting(decode: Callable[[bytes], object], max_event_bytes: int) -> Decod
         except DecodeError as e:
             return Rejection(unknown if e.reason == "unknown_schema" else undecodable, e.detail)
 
-    return rejecting
+    return decode_or_reject
 
 
 def build_decoder(spec: FormatSpec, schema_of_type: SchemaOfType | None, max_event_bytes: int) -> Decoder:
@@ -154,7 +154,7 @@ def build_decoder(spec: FormatSpec, schema_of_type: SchemaOfType | None, max_eve
         descriptor = protobuf.load_message(spec.descriptor_set, spec.message)  # type: ignore[arg-type]
         dec = (protobuf.ConfluentProtobufDecoder(descriptor, schema_of) if spec.confluent
                else protobuf.RawProtobufDecoder(descriptor))
-    return _rejecting(dec.decode, max_event_bytes)
+    return rejecting(dec.decode, max_event_bytes)
 
 
 def build_decoders(specs: Mapping[str, FormatSpec] | None, schema_of_type: SchemaOfType | None,
