@@ -15,7 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,8 @@ def command(config_file: str, file: str | None, topic: str | None, stream: str |
         rows = [inspect_one(translator, stream, raw, where, cfg.stream) for where, raw in source]
     except RegistryUnavailable as e:  # an outage here is an answer the user needs: one line
         raise RankwatchError(f"inspect: {e}") from None
+    finally:
+        source.close()  # the topic's consumer is closed now, not when the generator is collected
     if fmt == "json":
         for row in rows:
             click.echo(json.dumps(row))
@@ -79,7 +81,7 @@ def inspect_one(translator: Any, stream: str, raw: bytes, where: str, stream_con
         impression_or_rejection,
     )
 
-    out: dict[str, Any] = {"source": where, "raw": raw.decode("utf-8", "replace")[:2000]}
+    out: dict[str, Any] = {"source": where, "raw": _as_read(translator, stream, raw)}
     native = [raw] if translator is None else translator.translate(stream, raw)
     if type(native) is Rejection:
         return {**out, "rejected": str(native.reason), "detail": native.detail}
@@ -95,7 +97,20 @@ def inspect_one(translator: Any, stream: str, raw: bytes, where: str, stream_con
     return {**out, "events": events}
 
 
-def _file_values(path: Path, limit: int) -> Iterator[tuple[str, bytes]]:
+def _as_read(translator: Any, stream: str, raw: bytes) -> str:
+    """The message as text: JSON as it is; Avro / Protobuf as the record it decodes to (JSON, bytes as
+    hex), or the first bytes in hex when it does not decode."""
+    from rankwatch.pipeline.events.validation import Rejection
+
+    if translator is None or translator.mapping.stream(stream).format == "json":
+        return raw.decode("utf-8", "replace")[:2000]
+    tree = translator.decoders[stream](raw)
+    if type(tree) is Rejection:
+        return f"0x{raw[:64].hex()}{'...' if len(raw) > 64 else ''} ({len(raw)} bytes)"
+    return json.dumps(tree, default=lambda v: v.hex() if isinstance(v, bytes) else str(v))[:2000]
+
+
+def _file_values(path: Path, limit: int) -> Generator[tuple[str, bytes], None, None]:
     if not path.is_file():
         raise RankwatchError(f"no such file: {path}")
     with path.open("rb") as raw:
@@ -115,7 +130,7 @@ def _file_values(path: Path, limit: int) -> Iterator[tuple[str, bytes]]:
             raise RankwatchError(f"{path}: cannot read: {e}") from None
 
 
-def _container_values(opener: Any, path: Path, stream: str, limit: int) -> Iterator[tuple[str, bytes]]:
+def _container_values(opener: Any, path: Path, stream: str, limit: int) -> Generator[tuple[str, bytes], None, None]:
     log = opener(path, stream, 0, 1 << 20)
     try:
         records, numbers = log.read_chunk()
@@ -140,7 +155,7 @@ def _topic_translator(cfg: Any, max_event_bytes: int, timeout_s: float) -> Any:
     return translator_of(cfg.events, cfg.formats, None if registry is None else registry.schema_of, max_event_bytes)
 
 
-def _topic_values(cfg: Any, topic: str | None, limit: int, timeout_s: float) -> Iterator[tuple[str, bytes]]:
+def _topic_values(cfg: Any, topic: str | None, limit: int, timeout_s: float) -> Generator[tuple[str, bytes], None, None]:
     """The first ``limit`` records of ``topic`` (all partitions, from the earliest offset), within ``timeout_s``."""
     from kafka import KafkaConsumer, TopicPartition
 
@@ -152,7 +167,7 @@ def _topic_values(cfg: Any, topic: str | None, limit: int, timeout_s: float) -> 
     try:
         check_connection(client, timeout_s)  # a wrong password or an untrusted CA: one line naming it
         consumer = KafkaConsumer(**client, group_id=None, enable_auto_commit=False,
-                                 request_timeout_ms=max(ms, 1000) + 500, api_version_auto_timeout_ms=ms,
+                                 request_timeout_ms=max(ms, 1000) + 500,
                                  consumer_timeout_ms=ms)
     except RankwatchError:
         raise
