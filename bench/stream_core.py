@@ -1,10 +1,12 @@
 """Benchmark of the streaming core: decode + validate + join + windows on one core, and pending memory.
 
-Run: ``python bench/stream_core.py [--requests N] [--repeat R]``. Times are CPU time of this process
+Run: ``python bench/stream_core.py [--requests N] [--repeat R] [--no-mapped]``. Times are CPU time of this process
 (``time.process_time``: one core's seconds, steadier than wall time on a shared machine). Prints, for the
 same events in the same run, the rankwatch core and a plain dict-of-dicts reference join (``json``-free msgspec decode to dicts,
 one dict per item, the kernel called once per finalized batch), as medians over ``--repeat`` runs, and
-the memory of N pending 20-item requests (tracemalloc, and RSS growth) for both.
+the memory of N pending 20-item requests (tracemalloc, and RSS growth) for both. Rows for the same events in a
+team's nested list shape (SPEC section 6) as mapped JSON and as Confluent-framed Avro go through the same batch
+path with the translator and decoders ``rankwatch run`` builds, with their ratio to the native batch path.
 
 Events: list-form impressions of 20 items from :mod:`pipeline.traffic.generator` (clean traffic at 2,000 requests
 per second of event time, graded position-biased clicks), replicated with fresh ids to reach N requests.
@@ -77,81 +79,85 @@ def run_core(events: list[GeneratedEvent]) -> tuple[float, int]:
     return elapsed, proc.stats().finalized_requests
 
 
-def run_core_batch(events: list[GeneratedEvent], batch: int = 1_000) -> tuple[float, int]:
-    """The batch path: ``process_batch`` per ``batch`` events (a poll of one partition pair)."""
-    proc = StreamProcessor(StreamConfig(), clock=ManualClock())
+def run_core_batch(events: list[GeneratedEvent], batch: int = 1_000, translator: Any = None,
+                   values: list[bytes] | None = None) -> tuple[float, int]:
+    """The batch path: ``process_batch`` per ``batch`` events (a poll of one partition pair); with a
+    ``translator``, ``values`` are the same events in the team's schema (the mapped rows)."""
+    proc = StreamProcessor(StreamConfig(), clock=ManualClock(), translator=translator)
+    raws = values if values is not None else [e.value for e in events]
+    kinds = [e.stream == "impressions" for e in events]
     t0 = time.process_time()
     for i in range(0, len(events), batch):
-        chunk = events[i:i + batch]
-        proc.process_batch([e.stream == "impressions" for e in chunk], [e.value for e in chunk])
+        proc.process_batch(kinds[i:i + batch], raws[i:i + batch])
     proc.flush()
     elapsed = time.process_time() - t0
     return elapsed, proc.stats().finalized_requests
 
 
-# -- mapped JSON (issue 22): the same events in SPEC section 6's nested list shape, through the translator --
-MAPPED_CONFIG = """
-[events.impressions.fields]
-event_id = "meta.id"
-request_id = "req.id"
-ts = { path = "meta.sent_at", unit = "s" }
-user_id = "user.id"
-segment = { path = "user.tier", map = { N = "new_user", R = "returning", P = "power_user" } }
-surface = "req.page"
-variant = "exp.arm"
-model = "ranker"
-items = "results"
-item_id = "sku"
-position = { path = "rank", base = 0 }
-score = "s"
-
-[events.clicks.fields]
-event_id = "click.id"
-request_id = "click.req"
-item_id = "click.sku"
-ts = { path = "click.at", unit = "ms" }
-action = { path = "kind", map = { CLICK = "click", CART = "add_to_cart", BUY = "purchase" } }
-"""
-_TIERS = {"new_user": "N", "returning": "R", "power_user": "P"}
-_KINDS = {"click": "CLICK", "add_to_cart": "CART", "purchase": "BUY"}
+# The nested list shape of SPEC section 6 (docs/mapping.md's cookbook), in JSON and Confluent-framed Avro.
+TEAM_FIELDS = {
+    "impressions": {"event_id": "meta.id", "request_id": "req.id", "ts": {"path": "meta.sent_at", "unit": "s"},
+                    "user_id": "user.id", "segment": {"path": "user.tier", "map": {"N": "new_user", "R": "returning",
+                                                                                  "P": "power_user"}},
+                    "surface": "req.page", "variant": "exp.arm", "model": "ranker", "items": "results",
+                    "item_id": "sku", "position": {"path": "rank", "base": 0}, "score": "s"},
+    "clicks": {"event_id": "click.id", "request_id": "click.req", "item_id": "click.sku",
+               "ts": {"path": "click.at", "unit": "ms"},
+               "action": {"path": "kind", "map": {"CLICK": "click", "CART": "add_to_cart", "BUY": "purchase"}}},
+}
 
 
-def nested_list_events(events: list[GeneratedEvent]) -> list[GeneratedEvent]:
-    """``events`` in the nested list shape of SPEC section 6 (seconds, 0-based ranks, coded tiers)."""
-    dec, enc = msgspec.json.Decoder(), msgspec.json.Encoder()
-    out = []
-    for e in events:
-        d = dec.decode(e.value)
-        if e.stream == "impressions":
-            doc = {"meta": {"id": d["event_id"], "sent_at": d["ts"] / 1000},
-                   "req": {"id": d["request_id"], "page": d.get("surface")},
-                   "user": {"id": d.get("user_id"), "tier": _TIERS.get(d.get("segment"), d.get("segment"))},
-                   "exp": {"arm": d.get("variant")}, "ranker": d.get("model"),
-                   "results": [{"sku": it["item_id"], "rank": it["position"] - 1, "s": it["score"]}
-                               for it in d["items"]]}
-        else:
-            doc = {"click": {"id": d["event_id"], "req": d["request_id"], "sku": d["item_id"], "at": d["ts"]},
-                   "kind": _KINDS[d["action"]]}
-        out.append(GeneratedEvent(e.stream, e.key, enc.encode(doc), e.ts_ms))
-    return out
+def _opt(name: str, kind: Any) -> dict[str, Any]:
+    return {"name": name, "type": ["null", kind], "default": None}
 
 
-def run_mapped_batch(events: list[GeneratedEvent], batch: int = 1_000) -> tuple[float, int]:
-    """The service's mapped path: ``process_batch`` with a translator (JSON in the nested list shape)."""
-    import tomllib
+TEAM_AVRO = {
+    "impressions": {"type": "record", "name": "Impression", "fields": [
+        {"name": "meta", "type": {"type": "record", "name": "Meta", "fields": [
+            {"name": "id", "type": "string"}, {"name": "sent_at", "type": "double"}]}},
+        {"name": "req", "type": {"type": "record", "name": "Req", "fields": [
+            {"name": "id", "type": "string"}, _opt("page", "string")]}},
+        _opt("user", {"type": "record", "name": "User", "fields": [_opt("id", "string"), _opt("tier", "string")]}),
+        _opt("exp", {"type": "record", "name": "Exp", "fields": [_opt("arm", "string")]}),
+        _opt("ranker", "string"),
+        {"name": "results", "type": {"type": "array", "items": {"type": "record", "name": "Result", "fields": [
+            {"name": "sku", "type": "string"}, {"name": "rank", "type": "int"}, {"name": "s", "type": "double"}]}}}]},
+    "clicks": {"type": "record", "name": "Click", "fields": [
+        {"name": "click", "type": {"type": "record", "name": "ClickRef", "fields": [
+            {"name": "id", "type": "string"}, {"name": "req", "type": "string"}, {"name": "sku", "type": "string"},
+            {"name": "at", "type": "long"}]}},
+        {"name": "kind", "type": "string"}, _opt("grade", "int")]},
+}
 
+
+def team_inputs(events: list[GeneratedEvent], fmt: str) -> tuple[Any, list[bytes]]:
+    """(translator, values): the events written in the nested shape as ``fmt`` (``json`` or ``avro``,
+    Confluent-framed, schemas served from memory as the service's SchemaCache does)."""
+    import json
+
+    from rankwatch.consumers.decoding import SchemaCache, format_specs, translator_of
     from rankwatch.pipeline.events.mapping import EventMapping
-    from rankwatch.pipeline.events.translate import translator_for
+    from rankwatch.pipeline.events.reverse import reverser
 
-    mapping = EventMapping.from_tables(tomllib.loads(MAPPED_CONFIG)["events"], where="bench")
-    proc = StreamProcessor(StreamConfig(), clock=ManualClock(), translator=translator_for(mapping))
-    t0 = time.process_time()
-    for i in range(0, len(events), batch):
-        chunk = events[i:i + batch]
-        proc.process_batch([e.stream == "impressions" for e in chunk], [e.value for e in chunk])
-    proc.flush()
-    elapsed = time.process_time() - t0
-    return elapsed, proc.stats().finalized_requests
+    tables: dict[str, Any] = {s: {"fields": f} for s, f in TEAM_FIELDS.items()}
+    if fmt == "avro":
+        for s in tables:
+            tables[s].update(format="avro", framing="confluent")
+    mapping = EventMapping.from_tables(tables)
+    cache = SchemaCache()
+    writers: dict[str, Any] = {}
+    for i, s in enumerate(("impressions", "clicks")):
+        if fmt == "avro":
+            from rankwatch.pipeline.events.formats.avro import ConfluentAvroEncoder, parse_schema
+
+            cache.update({("AVRO", i + 1): (True, json.dumps(TEAM_AVRO[s]))})
+            writers[s] = ConfluentAvroEncoder(i + 1, parse_schema(TEAM_AVRO[s])).encode
+        else:
+            writers[s] = msgspec.json.encode
+    specs = format_specs(mapping, registry=object())
+    reverse = {s: reverser(mapping, s) for s in ("impressions", "clicks")}
+    values = [writers[e.stream](reverse[e.stream](msgspec.json.decode(e.value))[0]) for e in events]
+    return translator_of(mapping, specs, cache.schema_of, 1_000_000), values
 
 
 GRADES = {"click": 1, "add_to_cart": 2, "purchase": 3}
@@ -271,6 +277,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rate", type=float, default=RATE,
                     help="requests per second of event time (one partition pair's traffic; low = many watermark steps)")
+    ap.add_argument("--no-mapped", dest="mapped", action="store_false",
+                    help="skip the mapped JSON and Avro rows (the nested list shape, SPEC section 6)")
     ap.add_argument("--rss-child", nargs=2, metavar=("WHICH", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rss_child:
@@ -285,10 +293,13 @@ def main() -> None:
     print(f"events: {len(events)} ({n_imp} impressions of 20 items, {len(events) - n_imp} clicks, "
           f"{args.rate:g} requests/s of event time); CPU time of one core")
     core, batched, ref, floor, typed = [], [], [], [], []
-    mapped_events, mapped = nested_list_events(events), []
+    mapped: dict[str, list[float]] = {"json": [], "avro": []}
+    team = {fmt: team_inputs(events, fmt) for fmt in (("json", "avro") if args.mapped else ())}
     for _ in range(args.repeat):
-        t, n_m = run_mapped_batch(mapped_events)
-        mapped.append(t)
+        for fmt, (translator, values) in team.items():
+            t, n_m = run_core_batch(events, translator=translator, values=values)
+            mapped[fmt].append(t)
+            assert n_m == n_imp, (fmt, n_m, n_imp)
         t0 = time.process_time()
         for e in events:
             msgspec.json.decode(e.value)
@@ -312,9 +323,11 @@ def main() -> None:
           f"{n_imp * 20 / tc:12,.0f} items/s  (median of {args.repeat}: {tc:.2f} s)")
     print(f"reference: {n_imp / tr:10,.0f} requests/s  {len(events) / tr:10,.0f} events/s  "
           f"{n_imp * 20 / tr:12,.0f} items/s  (median of {args.repeat}: {tr:.2f} s)")
-    tm = statistics.median(mapped)
-    print(f"mapped JSON (nested list): {n_imp / tm:10,.0f} requests/s  ({tm:.2f} s; {tb / tm:.2f}x the batch path's "
-          f"requests/s, goal >= 0.6x)")
+    for fmt, label in (("json", "mapped JSON"), ("avro", "Avro (Confluent)")):
+        if mapped[fmt]:
+            tm = statistics.median(mapped[fmt])
+            print(f"{label + ':':17s}{n_imp / tm:10,.0f} requests/s  {len(events) / tm:10,.0f} events/s  "
+                  f"(median of {args.repeat}: {tm:.2f} s; nested list shape, batch path) = {tb / tm:.2f}x the batch path")
     tf = statistics.median(floor)
     print(f"decode only (msgspec to dicts, no join): {n_imp / tf:10,.0f} requests/s  {len(events) / tf:10,.0f} events/s")
     tt = statistics.median(typed)

@@ -41,16 +41,16 @@ import threading
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from rankwatch.consumers.decoding import Entries, FormatSpec, SchemaCache, translator_of
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.errors import RankwatchError
 from rankwatch.pipeline.events.deadletter import DeadLetterSink, ListDeadLetterSink
 from rankwatch.pipeline.events.mapping import EventMapping
-from rankwatch.pipeline.events.translate import translator_for
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor, StreamStats
 from rankwatch.pipeline.stream.snapshot import ConfigChanged
@@ -145,8 +145,9 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     config: StreamConfig
-    config, events = pickle.loads(config_bytes)
-    translator = None if events is None else translator_for(events, max_event_bytes=config.max_event_bytes)
+    config, events, formats = pickle.loads(config_bytes)
+    schemas = SchemaCache()  # filled by "schemas" requests (consumers/decoding.py: SchemaGate)
+    translator = translator_of(events, formats, schemas.schema_of, config.max_event_bytes)
     clock, dead = _SentClock(), ListDeadLetterSink()
     processors: dict[int, StreamProcessor] = {}
     out = _Answers(answers)
@@ -180,6 +181,8 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
             elif op == "restore":
                 processors[handle] = StreamProcessor.restore(payload, config=config, clock=clock, dead_letters=dead,
                                                              translator=translator)
+            elif op == "schemas":
+                schemas.update(payload)
             elif op == "drop":
                 for h in payload:
                     processors.pop(h, None)
@@ -236,9 +239,11 @@ class CoreProcess:
     """
 
     def __init__(self, config: StreamConfig, *, clock: Clock, publish: Callable[[list[PublishedWindow]], None],
-                 max_in_flight: int = 4, events: EventMapping | None = None) -> None:
+                 max_in_flight: int = 4, events: EventMapping | None = None,
+                 formats: Mapping[str, FormatSpec] | None = None) -> None:
         self.config = config
         self.events = None if events is None or events.identity else events
+        self.formats = dict(formats or {})
         self.clock = clock
         self.publish = publish
         self.dead_letters: DeadLetterSink | None = None  # set by the owner once its producer is open
@@ -290,6 +295,13 @@ class CoreProcess:
             while len(self._expected) > 1:
                 self._receive_one()
             return self._receive_one()
+
+    def add_schemas(self, entries: Entries) -> None:
+        """Registry answers for the worker's decoders, before any batch that needs them (the pipe is ordered)."""
+        if entries:
+            with self._lock:
+                self._start()
+                self.call("schemas", -1, entries)
 
     def drain(self) -> None:
         """Handle every answer already here, without waiting; a dead worker is noticed here even when no
@@ -369,7 +381,7 @@ class CoreProcess:
         ans_read, ans_write = ctx.Pipe(duplex=False)
         for end in (req_write, ans_write):
             _widen(end)
-        self._process = ctx.Process(target=_serve, args=(req_read, ans_write, _dumps((self.config, self.events))),
+        self._process = ctx.Process(target=_serve, args=(req_read, ans_write, _dumps((self.config, self.events, self.formats))),
                                     name="rankwatch-core", daemon=True)
         self._process.start()
         req_read.close()
@@ -435,11 +447,16 @@ class RemoteProcessor:
 class InProcessCores:
     """The factory of processors in the consuming process (``[kafka] core_process = false``)."""
 
-    def __init__(self, config: StreamConfig, *, clock: Clock, events: EventMapping | None = None) -> None:
+    def __init__(self, config: StreamConfig, *, clock: Clock, events: EventMapping | None = None,
+                 formats: Mapping[str, FormatSpec] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.dead_letters: DeadLetterSink | None = None
-        self.translator = None if events is None else translator_for(events, max_event_bytes=config.max_event_bytes)
+        self.schemas = SchemaCache()
+        self.translator = translator_of(events, formats, self.schemas.schema_of, config.max_event_bytes)
+
+    def add_schemas(self, entries: Entries) -> None:
+        self.schemas.update(entries)
 
     def new(self, partitions: tuple[int, ...]) -> StreamProcessor:
         return StreamProcessor(self.config, clock=self.clock, dead_letters=self.dead_letters, partitions=partitions,

@@ -76,10 +76,14 @@ class KafkaOutage:
         First retry delay ``d_0`` and the cap ``d_max``.
     clock
         Monotonic seconds (tests pass a fake).
+    resource
+        What is unreachable, for the log lines (``Kafka``; the schema registry's gate names the registry).
     """
 
     def __init__(self, *, backoff_initial_s: float = 0.2, backoff_max_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None,
+                 resource: str = "Kafka") -> None:
+        self.resource = resource
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._clock = clock
@@ -108,8 +112,8 @@ class KafkaOutage:
             if self._since is None:
                 self._since = self._clock()
                 self.outages += 1
-                log.warning("Kafka unreachable (%s: %s); retrying with backoff up to %.0f s",
-                            step, one_line(exc), self.backoff_max_s)
+                log.warning("%s unreachable (%s: %s); retrying with backoff up to %.0f s",
+                            self.resource, step, one_line(exc), self.backoff_max_s)
 
     def group_event(self) -> None:
         """A step refused by the group (e.g. a commit during a rebalance): back off, but no outage."""
@@ -126,7 +130,7 @@ class KafkaOutage:
                 length = now - self._since
                 self._closed_seconds += length
                 self._since = None
-                log.info("Kafka reachable again after %.1f s", length)
+                log.info("%s reachable again after %.1f s", self.resource, length)
 
     def backoff(self) -> float:
         """Delay before the next retry (0 when no failure is pending)."""

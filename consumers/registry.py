@@ -65,8 +65,12 @@ class RegistrySettings:
     timeout: float = DEFAULT_TIMEOUT
 
     @classmethod
-    def from_table(cls, table: Mapping[str, Any], *, where: str = "schema_registry") -> RegistrySettings:
-        """Settings from the parsed TOML table; unknown keys or bad values are a one-line ConfigError."""
+    def from_table(cls, table: Mapping[str, Any], *, where: str = "schema_registry",
+                   base: Path | None = None) -> RegistrySettings:
+        """Settings from the parsed TOML table; unknown keys or bad values are a one-line ConfigError.
+
+        ``timeout`` is seconds (``5``, ``2.5``) or a duration (``"10s"``, ``"500ms"``); a relative
+        ``basic_auth_password_file`` is read from ``base`` (the config file's folder)."""
         unknown = set(table) - {"url", "basic_auth_user", "basic_auth_password_file", "timeout"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -74,6 +78,13 @@ class RegistrySettings:
         if not isinstance(url, str) or not url:
             raise ConfigError(f"{where}.url: required, a string like 'http://127.0.0.1:8081'")
         timeout = table.get("timeout", DEFAULT_TIMEOUT)
+        if isinstance(timeout, str):
+            from rankwatch.pipeline.stream.windows import parse_duration_ms
+
+            try:
+                timeout = parse_duration_ms(timeout) / 1000
+            except ValueError:
+                raise ConfigError(f"{where}.timeout: not a duration: {timeout!r} (use e.g. 5, 2.5 or '10s')") from None
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 300:
             raise ConfigError(f"{where}.timeout: seconds, a number in (0, 300]")
         user = table.get("basic_auth_user")
@@ -81,7 +92,8 @@ class RegistrySettings:
         for key, value in (("basic_auth_user", user), ("basic_auth_password_file", password_file)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigError(f"{where}.{key}: a non-empty string")
-        settings = cls(url, user, Path(password_file) if password_file else None, float(timeout))
+        password_path = None if not password_file else (base or Path(".")) / password_file
+        settings = cls(url.rstrip("/"), user, password_path, float(timeout))
         settings.validate(where)
         return settings
 

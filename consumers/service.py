@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -44,6 +44,7 @@ from rankwatch.consumers.committer import Committer
 from rankwatch.consumers.connect import ClientSet, Stopped, check_connection, explain, fatal
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
+from rankwatch.consumers.decoding import FormatSpec, schema_gate
 from rankwatch.consumers.end_offsets import EndOffsets
 from rankwatch.consumers.event_time import event_time_of
 from rankwatch.consumers.fetch_compat import (
@@ -97,6 +98,8 @@ class ConsumerService:
         clock: Clock,
         on_health: Callable[[ServiceHealth], None] | None = None,
         events: EventMapping | None = None,
+        formats: Mapping[str, FormatSpec] | None = None,
+        registry: Any = None,
     ) -> None:
         self.kafka = kafka
         self.stream = stream
@@ -121,8 +124,9 @@ class ConsumerService:
         self.committer = Committer(self)
         # Where the pairs' processors live: a second process (windows come back through _publish) or here.
         self._cores: CoreProcess | InProcessCores = (
-            CoreProcess(stream, clock=clock, publish=self._publish, events=events) if kafka.core_process
-            else InProcessCores(stream, clock=clock, events=events))
+            CoreProcess(stream, clock=clock, publish=self._publish, events=events, formats=formats)
+            if kafka.core_process else InProcessCores(stream, clock=clock, events=events, formats=formats))
+        self._gate = schema_gate(kafka, formats, registry)  # Confluent schema ids resolved before feeding
         self._watchdog = Watchdog(self)
         # [kafka] timestamps = "event": buffered records carry their event's time (consumers/alignment.py).
         self.event_time = event_time_of(events, stream.max_event_bytes) if kafka.timestamps == "event" else None
@@ -146,7 +150,8 @@ class ConsumerService:
     def ready(self) -> bool:
         """``/readyz``: consuming owned pairs, and Kafka reachable (not ready during an outage)."""
         h = self._health
-        return h.running and bool(h.assigned) and not self._outage.active
+        return h.running and bool(h.assigned) and not self._outage.active and not (
+            self._gate is not None and self._gate.outage.active)
 
     @property
     def outage(self) -> KafkaOutage:
@@ -255,6 +260,8 @@ class ConsumerService:
             while not self._stop.is_set():
                 self._turn()
                 delay = self._outage.backoff()  # > 0 only after a failed step
+                if self._gate is not None:  # or while the schema registry is unreachable
+                    delay = max(delay, self._gate.outage.backoff())
                 if delay:
                     self._refresh_health(running=True)
                     self._stop.wait(delay)
@@ -288,6 +295,8 @@ class ConsumerService:
                 pair = self._pairs.get(tp.partition)
                 if pair is not None and tp in pair.buffers:
                     pair.add(tp, records)
+                    if self._gate is not None:
+                        self._gate.note(tp.topic, records)
             self._feed_all()
             self._cores.drain()  # windows and dead letters of batches the core process has finished
             unconfirmed = [tp for pair in self._pairs.values() for tp in pair.unconfirmed]
@@ -360,6 +369,8 @@ class ConsumerService:
             return False
 
     def _feed_all(self, confirmed: dict[Any, int] | None = None) -> None:
+        if self._gate is not None and not self._gate.ready(self._cores):
+            return  # the registry is down: everything stays buffered (consumers/decoding.py)
         ends = confirmed or {}
 
         def is_confirmed(tp: Any) -> bool:
@@ -444,6 +455,8 @@ class ConsumerService:
             checkpoint_failures=self.committer.failures, restores=self._restores,
             windows_published=self._published, assigned=assigned, running=running,
             kafka_outage=self._outage.active, kafka_outage_seconds=self._outage.seconds_total(),
+            schema_registry_up=None if self._gate is None else not self._gate.outage.active,
+            schema_registry_outage_seconds=0.0 if self._gate is None else self._gate.outage.seconds_total(),
             restoring=restoring,
         )
         if self.on_health is not None:

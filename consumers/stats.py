@@ -75,6 +75,8 @@ class ServiceHealth:
     running: bool = False
     kafka_outage: bool = False
     kafka_outage_seconds: float = 0.0
+    schema_registry_up: bool | None = None  # None: no Confluent-framed topic (consumers/decoding.py)
+    schema_registry_outage_seconds: float = 0.0
     restoring: tuple[int, ...] = ()
 
 

@@ -105,6 +105,12 @@ class RankwatchCollector(Collector):
                       [Sample(names.KAFKA_OUTAGE, {}, 1.0 if snap.kafka_outage[0] else 0.0)])
         yield _family(names.KAFKA_OUTAGE_SECONDS, "Seconds spent in Kafka outages since start.", "counter",
                       [Sample(names.KAFKA_OUTAGE_SECONDS + "_total", {}, snap.kafka_outage[1])])
+        if snap.schema_registry is not None:
+            yield _family(names.SCHEMA_REGISTRY_UP, "1 while the schema registry answers, 0 in an outage.", "gauge",
+                          [Sample(names.SCHEMA_REGISTRY_UP, {}, 1.0 if snap.schema_registry[0] else 0.0)])
+            yield _family(names.SCHEMA_REGISTRY_OUTAGE_SECONDS, "Seconds spent in schema registry outages since start.",
+                          "counter", [Sample(names.SCHEMA_REGISTRY_OUTAGE_SECONDS + "_total", {},
+                                             snap.schema_registry[1])])
         delay: list[Sample] = []
         if h.watermark_ms is not None:
             now_ms = self._event_clock.now().timestamp() * 1000.0

@@ -32,6 +32,9 @@ REJECTED_EVENTS = "rankwatch_rejected_events"  # counter {stream, reason}
 CONSUMER_LAG = "rankwatch_consumer_lag"  # gauge {topic, partition}
 KAFKA_OUTAGE = "rankwatch_kafka_outage"  # gauge: 1 while Kafka is unreachable (consumers/outage.py)
 KAFKA_OUTAGE_SECONDS = "rankwatch_kafka_outage_seconds"  # counter: seconds spent in Kafka outages
+# gauge: 1 while the schema registry answers, 0 in an outage; only with a Confluent-framed topic (docs/formats.md)
+SCHEMA_REGISTRY_UP = "rankwatch_schema_registry_up"
+SCHEMA_REGISTRY_OUTAGE_SECONDS = "rankwatch_schema_registry_outage_seconds"  # counter: seconds of registry outages
 WATERMARK_DELAY = "rankwatch_watermark_delay_seconds"  # gauge
 PENDING_REQUESTS = "rankwatch_pending_requests"  # gauge
 PENDING_REQUESTS_LIMIT = "rankwatch_pending_requests_limit"  # gauge

@@ -97,6 +97,7 @@ class Snapshot:
     score_drift_items: tuple[Sample, ...] = ()
     gauc_items_dropped: tuple[Sample, ...] = ()
     kafka_outage: tuple[bool, float] = (False, 0.0)  # (in an outage now, outage seconds so far)
+    schema_registry: tuple[bool, float] | None = None  # (answering now, outage seconds); None: not used
     # samples of the rankwatch_transfer_* families (exporters/transfer.py), computed at load time
     transfer: Mapping[str, tuple[Sample, ...]] = field(default_factory=dict)
     transfer_load_errors: int = 0
@@ -171,6 +172,7 @@ class MetricsState:
         )
         self._lag: dict[tuple[str, int], int] = {}
         self._outage: tuple[bool, float] = (False, 0.0)
+        self._registry: tuple[bool, float] | None = None
         self._transfer: dict[str, tuple[Sample, ...]] = {}
         self._transfer_errors = 0
         self._version = 0
@@ -284,6 +286,15 @@ class MetricsState:
         """Whether Kafka is unreachable now, and the seconds spent in outages since start."""
         with self._write_lock:
             self._outage = (bool(active), float(seconds_total))
+            self._swap(self._build_snapshot_locked())
+
+    def set_schema_registry(self, up: bool | None, outage_seconds: float) -> None:
+        """Whether the schema registry answers (None: no Confluent-framed topic), and its outage seconds."""
+        value = None if up is None else (bool(up), float(outage_seconds))
+        if value == self._registry:
+            return
+        with self._write_lock:
+            self._registry = value
             self._swap(self._build_snapshot_locked())
 
     def set_baselines(self, baselines: Iterable[LoadedBaseline]) -> None:
@@ -411,6 +422,7 @@ class MetricsState:
             score_drift=self._score_drift[0],
             score_drift_items=self._score_drift[1],
             kafka_outage=self._outage,
+            schema_registry=self._registry,
             transfer=self._transfer,
             transfer_load_errors=self._transfer_errors,
         )

@@ -14,6 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from rankwatch.consumers.decoding import FormatSpec, format_specs
+from rankwatch.consumers.registry import RegistrySettings
 from rankwatch.consumers.settings import KafkaSettings, security_options
 from rankwatch.errors import ConfigError
 from rankwatch.pipeline.events.mapping import IDENTITY, EventMapping
@@ -68,16 +70,6 @@ class ExporterSettings:
 
 
 @dataclass(frozen=True)
-class SchemaRegistrySettings:
-    """``[schema_registry]``: a Confluent-compatible REST API (read by the Avro / Protobuf decoders)."""
-
-    url: str = ""
-    basic_auth_user: str = ""
-    basic_auth_password_file: Path | None = None
-    timeout_s: float = 10.0
-
-
-@dataclass(frozen=True)
 class RunConfig:
     """Everything ``rankwatch run`` needs, read from one TOML file."""
 
@@ -91,7 +83,8 @@ class RunConfig:
     source: Path | None = field(default=None, compare=False)
     experiments: tuple[ExperimentSpec, ...] = ()  # [[experiments]] (docs/experiments.md)
     events: EventMapping = IDENTITY  # [events.impressions] / [events.clicks] (docs/mapping.md)
-    schema_registry: SchemaRegistrySettings | None = None  # [schema_registry], when given
+    schema_registry: RegistrySettings | None = None  # [schema_registry], when given (docs/formats.md)
+    formats: Mapping[str, FormatSpec] = field(default_factory=dict)  # Avro / Protobuf streams (docs/formats.md)
     # [transfer] (docs/transfer.md): ledgers served as rankwatch_transfer_* gauges
     transfer_ledgers: tuple[Path, ...] = ()
     transfer_reload_ms: int = 10_000
@@ -191,27 +184,21 @@ def config_from_dict(raw: Mapping[str, Any], *, where: str = "config", base: Pat
     d = base / directory if directory else None
     if d is not None and not d.is_dir():
         raise bl.fail("directory", f"not a directory: {d}")
+    events = EventMapping.from_tables(raw.get("events"), where=where)
+    registry = _registry(r["schema_registry"], base) if "schema_registry" in raw else None
     cfg = RunConfig(kafka=kafka, stream=stream, exporter=exporter,
                     windows_out=(base / out) if out else None, baselines=tuple(files),
                     baseline_reload_ms=bl.duration_ms("reload_interval", 10_000), baseline_directory=d,
-                    experiments=experiments, events=EventMapping.from_tables(raw.get("events"), where=where),
-                    schema_registry=_registry(r["schema_registry"], base) if "schema_registry" in raw else None)
+                    experiments=experiments, events=events, schema_registry=registry,
+                    formats=format_specs(events, base=base, registry=registry, where=where))
     return _with_transfer(cfg, r["transfer"], base)
 
 
-def _registry(sr: _Reader, base: Path) -> SchemaRegistrySettings:
-    url = sr.get("url", str, "")
-    if not url.startswith(("http://", "https://")):
-        raise sr.fail("url", f"expected an http(s) URL, got {url!r}")
-    user, password = sr.get("basic_auth_user", str, ""), sr.get("basic_auth_password_file", str, "")
-    password_file = base / password if password else None
-    if password_file is not None and not password_file.is_file():
-        raise sr.fail("basic_auth_password_file", f"no such file: {password_file}")
-    if bool(user) != (password_file is not None):
-        raise sr.fail("basic_auth_password_file" if user else "basic_auth_user",
-                      "basic auth needs both basic_auth_user and basic_auth_password_file")
-    return SchemaRegistrySettings(url=url.rstrip("/"), basic_auth_user=user, basic_auth_password_file=password_file,
-                                  timeout_s=sr.duration_ms("timeout", 10_000) / 1000)
+def _registry(sr: _Reader, base: Path) -> RegistrySettings:
+    settings = RegistrySettings.from_table(sr.data, where=f"{sr.where}: schema_registry", base=base)
+    if settings.basic_auth_password_file is not None and not settings.basic_auth_password_file.is_file():
+        raise sr.fail("basic_auth_password_file", f"no such file: {settings.basic_auth_password_file}")
+    return settings
 
 
 def load_events(path: str | Path) -> EventMapping:

@@ -176,8 +176,10 @@ class EventLogMerge:
     """
 
     def __init__(self, files: list[tuple[Path, str]], chunk_bytes: int = CHUNK_BYTES,
-                 ts_of: TimesOf | None = None) -> None:
-        self.logs = [LogFile(path, stream, i, chunk_bytes) for i, (path, stream) in enumerate(files)]
+                 ts_of: TimesOf | None = None, opener: Callable[[Path, str, int, int], LogFile] | None = None) -> None:
+        # ``opener``: another reader of the LogFile interface for some files (replay's .avro container files)
+        open_log = opener or LogFile
+        self.logs = [open_log(path, stream, i, chunk_bytes) for i, (path, stream) in enumerate(files)]
         self._buffers = [_Buffered(log, ts_of) for log in self.logs]
 
     @property

@@ -148,3 +148,5 @@ class ExporterFeed:
         if self.experiments is not None:  # the pairs' experiment sums
             self.experiments.set_parts({p: s.experiments for p, s in health.stats.items()})
         state.set_kafka_outage(health.kafka_outage, health.kafka_outage_seconds)
+        if getattr(health, "schema_registry_up", None) is not None:  # a Confluent-framed topic (decoding.py)
+            state.set_schema_registry(health.schema_registry_up, health.schema_registry_outage_seconds)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from rankwatch.errors import RankwatchError
 @click.command(name="inspect")
 @click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False),
               help="Config file whose [events.*] tables (and [kafka] settings for --topic) are used.")
-@click.option("--file", "file", type=click.Path(dir_okay=False), help="A log file (JSONL or .jsonl.gz).")
+@click.option("--file", "file", type=click.Path(dir_okay=False),
+              help="A log file (JSONL, .jsonl.gz, or an .avro container file for an Avro stream).")
 @click.option("--topic", help="A Kafka topic (read from its start without joining a group).")
 @click.option("--stream", type=click.Choice(["impressions", "clicks"]), default=None,
               help="Which events these are (default: clicks when the topic is [topics] clicks, else impressions).")
@@ -38,17 +39,31 @@ from rankwatch.errors import RankwatchError
 def command(config_file: str, file: str | None, topic: str | None, stream: str | None, limit: int, fmt: str,
             timeout_s: float) -> None:
     """Show how the first events of a file or topic read in the config's schema."""
+    from rankwatch.commands.event_files import file_translator
     from rankwatch.config import load_config
-    from rankwatch.pipeline.events.translate import translator_for
+    from rankwatch.pipeline.events.formats import RegistryUnavailable
 
     if (file is None) == (topic is None):
         raise RankwatchError("inspect needs exactly one of --file PATH or --topic NAME")
     cfg = load_config(config_file)
     if stream is None:
         stream = "clicks" if topic is not None and topic == cfg.kafka.clicks_topic else "impressions"
-    translator = translator_for(cfg.events, max_event_bytes=cfg.stream.max_event_bytes)
-    source = _file_values(Path(file), limit) if file is not None else _topic_values(cfg, topic, limit, timeout_s)
-    rows = [inspect_one(translator, stream, raw, where, cfg.stream) for where, raw in source]
+    max_bytes = cfg.stream.max_event_bytes
+    if file is not None:
+        path = Path(file)
+        if not path.is_file():
+            raise RankwatchError(f"no such file: {path}")
+        translator, opener = file_translator(cfg, max_bytes, [(path, stream)])
+        source = _file_values(path, limit) if opener is None else _container_values(opener, path, stream, limit)
+    else:
+        translator = _topic_translator(cfg, max_bytes, timeout_s)
+        source = _topic_values(cfg, topic, limit, timeout_s)
+    try:
+        rows = [inspect_one(translator, stream, raw, where, cfg.stream) for where, raw in source]
+    except RegistryUnavailable as e:  # an outage here is an answer the user needs: one line
+        raise RankwatchError(f"inspect: {e}") from None
+    finally:
+        source.close()  # the topic's consumer is closed now, not when the generator is collected
     if fmt == "json":
         for row in rows:
             click.echo(json.dumps(row))
@@ -66,7 +81,7 @@ def inspect_one(translator: Any, stream: str, raw: bytes, where: str, stream_con
         impression_or_rejection,
     )
 
-    out: dict[str, Any] = {"source": where, "raw": raw.decode("utf-8", "replace")[:2000]}
+    out: dict[str, Any] = {"source": where, "raw": _as_read(translator, stream, raw)}
     native = [raw] if translator is None else translator.translate(stream, raw)
     if type(native) is Rejection:
         return {**out, "rejected": str(native.reason), "detail": native.detail}
@@ -82,7 +97,20 @@ def inspect_one(translator: Any, stream: str, raw: bytes, where: str, stream_con
     return {**out, "events": events}
 
 
-def _file_values(path: Path, limit: int) -> Iterator[tuple[str, bytes]]:
+def _as_read(translator: Any, stream: str, raw: bytes) -> str:
+    """The message as text: JSON as it is; Avro / Protobuf as the record it decodes to (JSON, bytes as
+    hex), or the first bytes in hex when it does not decode."""
+    from rankwatch.pipeline.events.validation import Rejection
+
+    if translator is None or translator.mapping.stream(stream).format == "json":
+        return raw.decode("utf-8", "replace")[:2000]
+    tree = translator.decoders[stream](raw)
+    if type(tree) is Rejection:
+        return f"0x{raw[:64].hex()}{'...' if len(raw) > 64 else ''} ({len(raw)} bytes)"
+    return json.dumps(tree, default=lambda v: v.hex() if isinstance(v, bytes) else str(v))[:2000]
+
+
+def _file_values(path: Path, limit: int) -> Generator[tuple[str, bytes], None, None]:
     if not path.is_file():
         raise RankwatchError(f"no such file: {path}")
     with path.open("rb") as raw:
@@ -102,18 +130,53 @@ def _file_values(path: Path, limit: int) -> Iterator[tuple[str, bytes]]:
             raise RankwatchError(f"{path}: cannot read: {e}") from None
 
 
-def _topic_values(cfg: Any, topic: str | None, limit: int, timeout_s: float) -> Iterator[tuple[str, bytes]]:
+def _container_values(opener: Any, path: Path, stream: str, limit: int) -> Generator[tuple[str, bytes], None, None]:
+    log = opener(path, stream, 0, 1 << 20)
+    try:
+        records, numbers = log.read_chunk()
+        for number, raw in zip(numbers[:limit].tolist(), records[:limit], strict=True):
+            yield f"{path.name}#{number}", raw
+    finally:
+        log.close()
+
+
+def _topic_translator(cfg: Any, max_event_bytes: int, timeout_s: float) -> Any:
+    """The service's translator; Confluent framings ask the [schema_registry] (each look-up bounded by the
+    smaller of its ``timeout`` and ``--timeout``)."""
+    from dataclasses import replace
+
+    from rankwatch.consumers.decoding import translator_of
+    from rankwatch.consumers.registry import SchemaRegistry
+
+    registry = None
+    if any(spec.confluent for spec in cfg.formats.values()):
+        settings = cfg.schema_registry
+        registry = SchemaRegistry(replace(settings, timeout=min(settings.timeout, timeout_s)))
+    return translator_of(cfg.events, cfg.formats, None if registry is None else registry.schema_of, max_event_bytes)
+
+
+def _topic_values(cfg: Any, topic: str | None, limit: int, timeout_s: float) -> Generator[tuple[str, bytes], None, None]:
     """The first ``limit`` records of ``topic`` (all partitions, from the earliest offset), within ``timeout_s``."""
     from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import KafkaError
+
+    from rankwatch.consumers.connect import check_connection, fatal
 
     ms = int(timeout_s * 1000)
+    client = cfg.kafka.client_kwargs()  # [kafka] and [kafka.security], as rankwatch run connects
+    servers = ",".join(cfg.kafka.bootstrap_servers)
     try:
-        consumer = KafkaConsumer(**cfg.kafka.client_kwargs(), group_id=None, enable_auto_commit=False,
-                                 request_timeout_ms=max(ms, 1000) + 500, api_version_auto_timeout_ms=ms,
+        check_connection(client, timeout_s)  # a wrong password or an untrusted CA: one line naming it
+        consumer = KafkaConsumer(**client, group_id=None, enable_auto_commit=False,
+                                 request_timeout_ms=max(ms, 1000) + 500,
                                  consumer_timeout_ms=ms)
-    except KafkaError as e:
-        raise RankwatchError(f"inspect: cannot reach Kafka at {','.join(cfg.kafka.bootstrap_servers)}: {e}") from None
+    except RankwatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - unreachable, timed out, refused: one line
+        named = fatal(e, client)
+        if isinstance(named, RankwatchError):
+            raise named from None
+        raise RankwatchError(f"inspect: cannot reach Kafka at {servers}: {' '.join(str(e).split()) or type(e).__name__}"
+                             ) from None
     try:
         deadline = time.monotonic() + timeout_s
         parts = None

@@ -57,11 +57,12 @@ def command(
     from rankwatch.pipeline.stream.processor import StreamProcessor
 
     config = _config(windows, attribution_window, allowed_disorder, by, ks)
-    translator = events_translator(config_file, config.max_event_bytes)
     imp_paths = [_existing(p) for p in _csv(impression_files)]
     clk_paths = [_existing(p) for p in _csv(click_files)]
     if not imp_paths:
         raise ConfigError("replay needs at least one --impressions FILE")
+    files = [(p, "impressions") for p in imp_paths] + [(p, "clicks") for p in clk_paths]
+    translator, opener = events_translator(config_file, config.max_event_bytes, files)
     sink = JsonlDeadLetterSink(dead_letter) if dead_letter else None
     clock = ManualClock()
     # With --config the processor translates each line (and dead-letters a line as it was written).
@@ -76,7 +77,7 @@ def command(
                 out_file.write(json.dumps(w.document()) + "\n")
 
     ts_of = None if translator is None else translator.event_ts_many
-    merge = EventLogMerge([(p, "impressions") for p in imp_paths] + [(p, "clicks") for p in clk_paths], ts_of=ts_of)
+    merge = EventLogMerge(files, ts_of=ts_of, opener=opener)
     try:
         with _progress(merge.size, merge.position) as advance:
             for kinds, values, sources in merge.batches():
@@ -127,15 +128,17 @@ def _existing(path: str) -> Path:
     return p
 
 
-def events_translator(config_file: str | None, max_event_bytes: int) -> Any:
-    """The translator of ``--config FILE``'s ``[events.*]`` tables; None without the option or for a config
-    that maps nothing (section 1 lines read unchanged)."""
+def events_translator(config_file: str | None, max_event_bytes: int,
+                      files: list[tuple[Path, str]] | None = None) -> tuple[Any, Any]:
+    """``(translator, opener)`` of ``--config FILE``'s ``[events.*]`` tables and formats for ``files``
+    (rankwatch/commands/event_files.py); ``(None, None)`` without the option. ``translator`` is None for a
+    config that maps nothing (section 1 lines read unchanged); ``opener`` reads ``.avro`` container files."""
     if config_file is None:
-        return None
-    from rankwatch.config import load_events
-    from rankwatch.pipeline.events.translate import translator_for
+        return None, None
+    from rankwatch.commands.event_files import file_translator
+    from rankwatch.config import load_config
 
-    return translator_for(load_events(config_file), max_event_bytes=max_event_bytes)
+    return file_translator(load_config(config_file), max_event_bytes, files or [])  # type: ignore[no-any-return]
 
 
 class _progress:

@@ -73,6 +73,26 @@ def experiment_collector(cfg: Any) -> Any:
     return ExperimentCollector(specs=specs) if specs else None
 
 
+def start_registry(cfg: Any) -> Any:
+    """The schema registry client when a topic is Confluent-framed (None otherwise), with the decoders
+    built once here so a broken schema file or descriptor set fails before Kafka. Credentials refused
+    (401/403) are a one-line error now; a registry that does not answer is an outage the service rides
+    out (consumers/decoding.py), so it only logs here."""
+    from rankwatch.consumers.decoding import build_decoders
+    from rankwatch.consumers.registry import SchemaRegistry
+    from rankwatch.pipeline.events.formats import RegistryUnavailable
+
+    registry = None
+    if any(spec.confluent for spec in cfg.formats.values()):
+        registry = SchemaRegistry(cfg.schema_registry)
+        try:
+            registry.check()
+        except RegistryUnavailable as e:
+            logging.getLogger("rankwatch").warning("%s; records wait until it answers", e)
+    build_decoders(cfg.formats, None if registry is None else registry.schema_of, cfg.stream.max_event_bytes)
+    return registry
+
+
 @click.command("run")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="TOML configuration (see docs/kafka.md and examples/rankwatch.toml).")
@@ -154,11 +174,10 @@ def command(config_path: Path, windows_out: Path | None, log_level: str) -> None
         if feed is not None:
             feed.health(health)
 
-    from rankwatch.pipeline.events.translate import translator_for
-
-    translator_for(cfg.events, max_event_bytes=cfg.stream.max_event_bytes)  # a format without its decoder: fail now
+    schema_registry = start_registry(cfg)
     service = ConsumerService(cfg.kafka, cfg.stream, on_window=window_sink(*targets), clock=_WallClock(),
-                              on_health=on_health, events=cfg.events)
+                              on_health=on_health, events=cfg.events, formats=cfg.formats,
+                              registry=schema_registry)
     if state is not None:  # before Kafka: a taken port fails fast, and /healthz answers during start-up
         try:
             ex = cfg.exporter

@@ -46,7 +46,8 @@ def _rate(ctx: click.Context, param: click.Parameter, value: float) -> float:
 
 @click.command("simulate")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="TOML config of rankwatch run: its [kafka] (with [kafka.security]) and [topics] tables are used.")
+              help="TOML config of rankwatch run: its [kafka] (with [kafka.security]) and [topics] tables are used, "
+                   "and the events are written in its [events.*] schema (JSON, or Avro with schema_file).")
 @click.option("--bootstrap-servers", default=None, help="Comma-separated host:port [default: the config's, else 127.0.0.1:9092].")
 @click.option("--impressions-topic", default=None, help="[default: the config's, else impressions]")
 @click.option("--clicks-topic", default=None, help="[default: the config's, else clicks]")
@@ -139,9 +140,10 @@ def command(
     if config_path is not None:
         from rankwatch.config import load_config
 
-        kafka = load_config(config_path).kafka  # the same client options (and secrets) as rankwatch run
+        run_config = load_config(config_path)
+        kafka = run_config.kafka  # the same client options (and secrets) as rankwatch run
     else:
-        kafka = KafkaSettings(session_timeout_s=5.0)
+        run_config, kafka = None, KafkaSettings(session_timeout_s=5.0)
     client = kafka.client_kwargs()
     if bootstrap_servers is not None:
         client["bootstrap_servers"] = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
@@ -185,10 +187,15 @@ def command(
         f = files[event.stream]  # type: ignore[attr-defined]
         f.write(event.value + b"\n")  # type: ignore[attr-defined]
 
+    on_event = keep if files else None
+    if run_config is not None and not run_config.events.identity:  # the traffic in the config's own schema
+        from rankwatch.commands.team_traffic import in_team_schema, team_encoders
+
+        stream, on_event = in_team_schema(stream, team_encoders(run_config, topics), on_native=on_event), None
     started = time.monotonic()
     try:
         report = produce_events(producer, stream, topics=topics, pace_from_ms=None if fast else datetime_to_ms(start),
-                                on_event=keep if files else None)
+                                on_event=on_event)
         if close_after is not None and report.last_ts_ms is not None:
             closers = window_closers(next(iter(counts.values())), report.last_ts_ms + int(close_after * 1000),
                                      record_ts_ms=report.last_ts_ms + 1)
