@@ -45,7 +45,9 @@ def decode_snapshot(data: bytes, config: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SnapshotError("not a rankwatch stream snapshot")
     if doc.get("version") != VERSION:
-        raise SnapshotError(f"snapshot version {doc.get('version')!r} is not supported (expected {VERSION})")
+        # Another release's format: the pair starts fresh from the checkpoint's offsets, as after a change of
+        # the settings (docs/upgrading.md), rather than the service failing on every assignment.
+        raise ConfigChanged([f"snapshot format version={doc.get('version')!r}, this release reads {VERSION}"])
     saved = doc["config"]
     changes = [f"{key}={saved.get(key)!r}, now {value!r}" for key, value in config.items() if saved.get(key) != value]
     if changes:

@@ -151,3 +151,14 @@ def test_a_changed_config_is_named_change_by_change(changed, names):
     assert [c.split("=")[0] for c in info.value.changes] == names
     again = pickle.loads(pickle.dumps(info.value))
     assert isinstance(again, ConfigChanged) and again.changes == info.value.changes and str(again) == str(info.value)
+
+
+def test_a_snapshot_of_another_format_version_is_a_config_change_not_a_crash() -> None:
+    import msgspec
+
+    from rankwatch.pipeline.stream.snapshot import FORMAT, ConfigChanged, decode_snapshot
+
+    other = msgspec.msgpack.encode({"format": FORMAT, "version": 99, "config": {}, "state": {}})
+    with pytest.raises(ConfigChanged) as caught:
+        decode_snapshot(other, {})
+    assert "version=99" in str(caught.value)
