@@ -396,7 +396,8 @@ def main() -> None:
                 f"rankwatch run {sw:,.0f} ({sc:,.0f}); run/kafka-python {sw / rw:.2f} wall, {sc / rc:.2f} CPU")
         if args.cli:
             rows["cli"].append((cli_rate(boot, prefix, args.windows, args.attribution, not args.in_process_core),))
-            line += f"; CLI from /metrics {rows['cli'][-1][0]:,.0f} ({rows['cli'][-1][0] / rw:.2f}x kafka-python)"
+            line += (f"; CLI from /metrics {rows['cli'][-1][0]:,.0f} ({rows['cli'][-1][0] / rw:.2f}x kafka-python, "
+                     f"{rows['cli'][-1][0] / cw:.2f}x confluent-kafka)")
         if not args.no_scale_out:
             rows["run2"].append(service_rate(boot, prefix, 2, total, extra))
             line += f"; 2 instances {rows['run2'][-1][0]:,.0f} ({rows['run2'][-1][0] / sw:.2f}x one)"
@@ -419,6 +420,9 @@ def main() -> None:
         ext = [c[0] / r[0] for c, r in zip(rows["cli"], rows["raw"], strict=True)]
         print(f"rankwatch run CLI timed from /metrics / kafka-python (wall): {', '.join(f'{x:.2f}' for x in ext)} "
               f"(median {statistics.median(ext):.2f}, goal >= 0.6)")
+        conf = [c[0] / r[0] for c, r in zip(rows["cli"], rows["confluent"], strict=True)]
+        print(f"rankwatch run CLI timed from /metrics / confluent-kafka (wall): {', '.join(f'{x:.2f}' for x in conf)} "
+              f"(median {statistics.median(conf):.2f})")
     if rows["run2"]:
         scale = [b[0] / a[0] for a, b in zip(rows["run"], rows["run2"], strict=True)]
         print(f"two instances / one (wall): {', '.join(f'{x:.2f}' for x in scale)} (median {statistics.median(scale):.2f}; "

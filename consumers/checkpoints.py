@@ -70,6 +70,15 @@ class Checkpoint:
     previous: CheckpointRef | None
 
 
+@dataclass(frozen=True)
+class SentCheckpoint:
+    """A checkpoint handed to the producer (:meth:`CheckpointStore.send`), not yet acknowledged."""
+
+    pair: int
+    checkpoint_id: str
+    futures: list[Any]
+
+
 class _Chunk(msgspec.Struct, array_like=True):
     checkpoint_id: str
     index: int
@@ -108,6 +117,14 @@ class CheckpointStore:
         Waits in 0.5 s slices, so a stop request (``abort()``) ends the wait within about that long
         (:class:`CheckpointAborted`); ``KafkaTimeoutError`` after ``timeout_s``.
         """
+        sent = self.send(pair, snapshot, impressions_offset=impressions_offset, clicks_offset=clicks_offset,
+                         previous=previous)
+        return self.acknowledged(sent, timeout_s=timeout_s, abort=abort)
+
+    def send(self, pair: int, snapshot: bytes, *, impressions_offset: int, clicks_offset: int,
+             previous: CheckpointRef | None) -> SentCheckpoint:
+        """The first half of :meth:`write`: hand every chunk to the producer, without waiting. Several pairs'
+        checkpoints sent this way are acknowledged by one flush (one wait instead of one per pair)."""
         cid = uuid.uuid4().hex
         pieces = [snapshot[i:i + CHUNK_BYTES] for i in range(0, len(snapshot), CHUNK_BYTES)] or [b""]
         prev = None if previous is None else (previous.checkpoint_id, previous.offset, previous.chunks)
@@ -115,20 +132,25 @@ class CheckpointStore:
         for i, piece in enumerate(pieces):
             value = _ENC.encode(_Chunk(cid, i, len(pieces), impressions_offset, clicks_offset, prev, piece))
             futures.append(self.producer.send(self.topic, key=_key(pair, cid, i), value=value, partition=pair))
+        return SentCheckpoint(pair, cid, futures)
+
+    def acknowledged(self, sent: SentCheckpoint, *, timeout_s: float = 60.0,
+                     abort: Callable[[], bool] = lambda: False) -> CheckpointRef:
+        """The second half of :meth:`write`: wait until every chunk of ``sent`` is acknowledged."""
         deadline = time.monotonic() + timeout_s
-        while True:
+        while not all(f.is_done for f in sent.futures):
             try:
                 self.producer.flush(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
                 break
             except KafkaTimeoutError:
                 if abort():
-                    raise CheckpointAborted(f"checkpoint of pair {pair} given up: stopping") from None
+                    raise CheckpointAborted(f"checkpoint of pair {sent.pair} given up: stopping") from None
                 if time.monotonic() >= deadline:
                     raise
-        first = futures[0].get(timeout=timeout_s)
-        for f in futures[1:]:
+        first = sent.futures[0].get(timeout=timeout_s)
+        for f in sent.futures[1:]:
             f.get(timeout=timeout_s)  # raises if any chunk was refused
-        return CheckpointRef(cid, int(first.offset), len(pieces))
+        return CheckpointRef(sent.checkpoint_id, int(first.offset), len(sent.futures))
 
     def delete(self, pair: int, ref: CheckpointRef) -> None:
         """Tombstone every chunk of ``ref`` (asynchronous; compaction removes them later)."""

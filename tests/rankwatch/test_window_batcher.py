@@ -74,3 +74,37 @@ def test_the_first_rebuild_waits_first_delay_after_the_first_window() -> None:
     assert not b.flush() and not batches
     clock.now += 0.1
     assert b.flush() and batches == [[1, 2]]
+
+
+def test_while_catching_up_a_rebuild_waits_max_interval_after_the_previous_one() -> None:
+    clock = Clock()
+    batches: list[list[int]] = []
+    b = WindowBatcher(batches.append, first_delay_s=5.0, max_interval_s=60.0, clock=clock)
+    b.add(1)
+    clock.now += 5.0
+    assert not b.flush(catching_up=True)  # the budget allows it, the catch-up does not
+    clock.now += 55.0
+    assert b.flush(catching_up=True) and batches == [[1]]
+    b.add(2)
+    clock.now += 1.0
+    assert not b.flush(catching_up=True)
+    assert b.flush() and batches[-1] == [2]  # caught up: the (free) budget alone decides
+    b.add(3)
+    assert b.flush(catching_up=True, force=True) and batches[-1] == [3]  # shutdown forces it
+
+
+def test_the_feed_is_catching_up_while_the_watermark_is_far_behind_the_wall_clock() -> None:
+    from types import SimpleNamespace
+
+    from rankwatch.commands.exporter_feed import CATCH_UP_BEHIND_S, ExporterFeed
+
+    feed = ExporterFeed(SimpleNamespace(publish_windows=lambda ws: None), wall_clock=lambda: 10_000.0)
+    try:
+        def behind(mark_s: float | None) -> bool:
+            mark = None if mark_s is None else int(mark_s * 1000)
+            return feed._behind(SimpleNamespace(merged=SimpleNamespace(watermark_ms=mark)))
+
+        assert behind(10_000.0 - CATCH_UP_BEHIND_S - 1) and not behind(10_000.0 - 5) and not behind(None)
+        assert not feed._behind(SimpleNamespace(merged=None))
+    finally:
+        feed.close()
