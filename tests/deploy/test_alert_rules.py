@@ -78,6 +78,8 @@ def test_quality_alerts_read_their_thresholds_from_one_place() -> None:
         "rankwatch:interval_z:constant",
         "rankwatch:alert_score_psi:constant",
         "rankwatch:alert_score_min_items:constant",
+        "rankwatch:alert_transfer_slope_floor:constant",
+        "rankwatch:alert_transfer_min_comparisons:constant",
     }
     assert all(re.fullmatch(r"vector\([0-9.]+\)", e) for e in constants.values())
     level = float(constants["rankwatch:alert_confidence_level:constant"][7:-1])
