@@ -10,6 +10,7 @@
 - ``experiments``: experiments whose cumulative state rides in the processor's snapshot.
 - ``processor``: :class:`StreamProcessor`, per-record processing, windows and snapshots.
 - ``batch``: the batch path, a poll's records in one call, equal to per-record processing.
+- ``mapped``: the batch path for a team's own schema: translate, then the same batch path.
 
 Stands on ``metrics/``, ``events/`` and ``experiments/``; the Kafka layer drives it.
 """

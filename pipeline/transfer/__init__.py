@@ -1,4 +1,4 @@
-"""Offline-to-online transfer: does an offline gain show up online? (SPEC section 7, docs/transfer.md)
+"""Offline-to-online transfer: does an offline gain show up online? (docs/transfer.md)
 
 Layout:
 
