@@ -208,7 +208,8 @@ def _translator(config_path: Path | None) -> Any:
     from rankwatch.commands.replay import events_translator
     from rankwatch.pipeline.stream.config import StreamConfig
 
-    return events_translator(str(config_path), StreamConfig().max_event_bytes)
+    translator, _opener = events_translator(str(config_path), StreamConfig().max_event_bytes)  # JSONL logs only
+    return translator
 
 
 def _lines(paths: list[str]) -> Any:

@@ -175,7 +175,7 @@ def test_confluent_framed_topics_give_the_windows_of_the_same_events(
     out, log = tmp_path / "w.jsonl", tmp_path / "run.log"
     proc = start_run(config, out, log)
     try:
-        wait_for(lambda: set(want) <= set(_windows_by_identity(out)), timeout=120, what="all windows", procs=(proc,))
+        wait_for(lambda: set(want) <= set(_windows_by_identity(out)), timeout=300, what="all windows", procs=(proc,))
     finally:
         assert stop_run(proc) == 0, log.read_text()[-3000:]
     _assert_matches(_windows_by_identity(out), want)
@@ -210,14 +210,14 @@ def test_a_registry_gone_mid_run_holds_the_records_and_loses_none(
     try:
         wait_consuming(log, 0, procs=(proc,))
         _produce(kafka_broker.bootstrap, unique, _team_events(events[:half], first))
-        wait_for(lambda: out.exists() and out.read_text().strip(), timeout=60, what="first windows", procs=(proc,))
+        wait_for(lambda: out.exists() and out.read_text().strip(), timeout=240, what="first windows", procs=(proc,))
         proxy.stop()
         _produce(kafka_broker.bootstrap, unique, _team_events(events[half:] + _closers(events, 2), second))
-        wait_for(lambda: "unreachable (schema id" in log.read_text(), timeout=60, what="the outage logged",
+        wait_for(lambda: "unreachable (schema id" in log.read_text(), timeout=180, what="the outage logged",
                  procs=(proc,))
         time.sleep(2)  # the outage lasts a while: several retries with backoff
         proxy.start()
-        wait_for(lambda: set(want) <= set(_windows_by_identity(out)), timeout=120, what="all windows", procs=(proc,))
+        wait_for(lambda: set(want) <= set(_windows_by_identity(out)), timeout=300, what="all windows", procs=(proc,))
     finally:
         proxy.stop()
         assert stop_run(proc) == 0, log.read_text()[-3000:]
