@@ -21,15 +21,19 @@
 # Storage: Apicurio 3's default, SQL on an in-memory H2 database (apicurio.storage.kind=sql,
 # apicurio.storage.sql.kind=h2, jdbc:h2:mem:...): every start is an empty registry; nothing is kept on disk.
 # State lives in deploy/schema-registry/run/<SCHEMA_REGISTRY_PORT>/ (registry.log, registry.pid).
-# Observed on a 2-core CI machine (3.3.3, Temurin 25): ready ~7 s after start, RSS ~280 MB idle.
+# Observed on a 2-core machine (3.3.3, Temurin 25, -Xmx384m): ready ~7 s after start when idle, 20-37 s under a
+# load average of ~17 (hence the 120 s default); RSS ~250-280 MB idle.
 #
 # What the Confluent-compatible API (/apis/ccompat/v7) hands out, for Confluent framing (magic 0 + 4-byte id),
-# checked by tests/deploy/test_schema_registry_local.py against 3.3.3 with confluent-kafka's Python client:
+# found against 3.3.3 (and confluent-kafka 2.16's Python client). tests/deploy/test_schema_registry_local.py
+# pins the contentId ids, the canonical-hash quirk, Avro's absent schemaType, Protobuf references, the client
+# and the Avro serdes; legacy-id mode, well-known imports, the 422 and the unencoded '/' were checked by hand.
 # - The "id" of POST /subjects/<s>/versions and GET /schemas/ids/<id> is Apicurio's *contentId* (default,
 #   apicurio.ccompat.legacy-id-mode.enabled=false): byte-identical schema text under two subjects gets the same
 #   id, as in Confluent. With legacy-id-mode=true the id is the *globalId* instead (one per artifact version, so
 #   the same schema under two subjects gets two ids); producers and consumers must agree on the mode, so leave
-#   it off. Ids are positive and increasing but not dense (a failed or rejected registration can use one up).
+#   it off (in legacy mode an unknown id is also a 404 with error_code 40401 "Subject 'gid-N' not found"
+#   instead of 40403). Ids are positive and increasing but not dense (a failed registration can use one up).
 # - apicurio.ccompat.use-canonical-hash=false (default): content ids come from the exact text, so a
 #   re-formatted Avro schema (other whitespace) under a *new* subject gets a new id, where Confluent parses and
 #   would reuse the id. Within one subject Apicurio does match semantically: re-registering a re-formatted
