@@ -98,7 +98,7 @@ def test_one_and_two_instances_record_the_same_lift(kafka_broker: Any, unique: s
     prom_port = _port()
     targets = [f"127.0.0.1:{p}" for plist in ports.values() for p in plist]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s"},
         "rule_files": [str(RULES)],
         "scrape_configs": [{"job_name": "rankwatch", "static_configs": [{"targets": targets}]}],
     }))
@@ -117,7 +117,7 @@ def test_one_and_two_instances_record_the_same_lift(kafka_broker: Any, unique: s
             return all(got.get(e) == n_requests for e in ("one", "two", "one_user", "two_user"))
 
         try:
-            wait_for(complete, timeout=180, what="every request in both setups' experiment sums", procs=tuple(procs))
+            wait_for(complete, timeout=420, what="every request in both setups' experiment sums", procs=tuple(procs))
         except AssertionError as e:  # say how far each setup got, and what the services logged
             logs = "\n".join(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-25:])
                              for f in sorted(tmp_path.glob("*.log")))
@@ -147,7 +147,7 @@ def test_one_and_two_instances_record_the_same_lift(kafka_broker: Any, unique: s
             return True
 
         try:
-            wait_for(settled, timeout=60, what="the checked experiment rules on the final sums of both setups",
+            wait_for(settled, timeout=180, what="the checked experiment rules on the final sums of both setups",
                      procs=tuple(procs))
         except AssertionError as e:
             raise AssertionError(f"{e}; last check: {last[0] if last else 'none'}") from None
