@@ -12,7 +12,8 @@ flows straight through the merge instead of holding back the records behind it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from rankwatch.pipeline.events.mapping import EventMapping
 from rankwatch.pipeline.events.translate import translator_for
 from rankwatch.pipeline.events.validation import MAX_TS_MS, sniff_ts_ms
 
+log = logging.getLogger(__name__)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
@@ -36,6 +38,24 @@ class TimedRecord:
 
     def __init__(self, offset: int, timestamp: int, value: bytes | None) -> None:
         self.offset, self.timestamp, self.value = offset, timestamp, value
+
+
+def merge_time(timestamps: str, events: EventMapping | None, formats: Mapping[str, Any] | None,
+               max_event_bytes: int) -> EventTime | None:
+    """What the two topics are merged by: None for Kafka record timestamps, else :func:`event_time_of`.
+
+    Avro / Protobuf values (``formats``) need their schemas to be read, which are resolved only before
+    feeding: those streams are merged by record timestamps, said once (docs/kafka.md, "Ordering the two
+    topics").
+    """
+    if timestamps != "event":
+        return None
+    if formats:
+        log.warning("[kafka] timestamps = \"event\" reads JSON events only: the %s stream(s) are %s, so the "
+                    "topics are ordered by record timestamps (set them to event time in the producers)",
+                    "/".join(sorted(formats)), "/".join(sorted({f.format for f in formats.values()})))
+        return None
+    return event_time_of(events, max_event_bytes)
 
 
 def event_time_of(events: EventMapping | None, max_event_bytes: int) -> EventTime:

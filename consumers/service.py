@@ -46,7 +46,7 @@ from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InPr
 from rankwatch.consumers.deadletters import KafkaDeadLetterSink
 from rankwatch.consumers.decoding import FormatSpec, schema_gate
 from rankwatch.consumers.end_offsets import EndOffsets
-from rankwatch.consumers.event_time import event_time_of
+from rankwatch.consumers.event_time import merge_time
 from rankwatch.consumers.fetch_compat import (
     VERIFIED_KAFKA_PYTHON,
     keep_join_awaited,
@@ -129,15 +129,7 @@ class ConsumerService:
         self._gate = schema_gate(kafka, formats, registry)  # Confluent schema ids resolved before feeding
         self._watchdog = Watchdog(self)
         # [kafka] timestamps = "event": buffered records carry their event's time (consumers/alignment.py).
-        # Avro / Protobuf values need their schemas to be read, which are resolved only before feeding:
-        # those streams are ordered by record timestamps (docs/kafka.md, "Ordering the two topics").
-        self.event_time = None
-        if kafka.timestamps == "event" and formats:
-            log.warning("[kafka] timestamps = \"event\" reads JSON events only: the %s stream(s) are %s, so the "
-                        "topics are ordered by record timestamps (set them to event time in the producers)",
-                        "/".join(sorted(formats)), "/".join(sorted({f.format for f in formats.values()})))
-        elif kafka.timestamps == "event":
-            self.event_time = event_time_of(events, stream.max_event_bytes)
+        self.event_time = merge_time(kafka.timestamps, events, formats, stream.max_event_bytes)
         self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
         self._fatal = False  # the loop ended with a FatalKafkaError: no final feed nor checkpoint
         self.partitions = 0
