@@ -205,7 +205,7 @@ def _translator(config_path: Path | None) -> Any:
     """The [events.*] translator of ``--config`` (None without one or for a config that maps nothing)."""
     if config_path is None:
         return None
-    from rankwatch.commands.replay import events_translator
+    from rankwatch.commands.event_files import events_translator
     from rankwatch.pipeline.stream.config import StreamConfig
 
     translator, _opener = events_translator(str(config_path), StreamConfig().max_event_bytes)  # JSONL logs only

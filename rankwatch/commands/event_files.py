@@ -63,3 +63,15 @@ def file_translator(cfg: Any, max_event_bytes: int, files: Sequence[tuple[Path, 
         return LogFile(path, stream, index, chunk_bytes)
 
     return translator, opener
+
+
+def events_translator(config_file: str | None, max_event_bytes: int,
+                      files: list[tuple[Path, str]] | None = None) -> tuple[Any, Any]:
+    """``(translator, opener)`` of ``--config FILE``'s ``[events.*]`` tables and formats for ``files``
+    (:func:`file_translator`); ``(None, None)`` without the option. ``translator`` is None for a
+    config that maps nothing (section 1 lines read unchanged); ``opener`` reads ``.avro`` container files."""
+    if config_file is None:
+        return None, None
+    from rankwatch.config import load_config
+
+    return file_translator(load_config(config_file), max_event_bytes, files or [])  # type: ignore[no-any-return]

@@ -51,6 +51,7 @@ def command(
     by: tuple[str, ...], ks: tuple[str, ...], config_file: str | None,
 ) -> None:
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
+    from rankwatch.commands.event_files import events_translator
     from rankwatch.pipeline.clock import ManualClock
     from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
     from rankwatch.pipeline.events.logs import EventLogMerge
@@ -126,19 +127,6 @@ def _existing(path: str) -> Path:
     if not p.is_file():
         raise RankwatchError(f"no such file: {path}")
     return p
-
-
-def events_translator(config_file: str | None, max_event_bytes: int,
-                      files: list[tuple[Path, str]] | None = None) -> tuple[Any, Any]:
-    """``(translator, opener)`` of ``--config FILE``'s ``[events.*]`` tables and formats for ``files``
-    (rankwatch/commands/event_files.py); ``(None, None)`` without the option. ``translator`` is None for a
-    config that maps nothing (section 1 lines read unchanged); ``opener`` reads ``.avro`` container files."""
-    if config_file is None:
-        return None, None
-    from rankwatch.commands.event_files import file_translator
-    from rankwatch.config import load_config
-
-    return file_translator(load_config(config_file), max_event_bytes, files or [])  # type: ignore[no-any-return]
 
 
 class _progress:
