@@ -104,7 +104,12 @@ def stop_run(proc: subprocess.Popen[bytes], *, kill: bool = False, timeout: floa
     return proc.wait(timeout=timeout)
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, procs: tuple[Any, ...] = ()) -> Any:
+def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, procs: tuple[Any, ...] = (),
+             log: Path | None = None) -> Any:
+    """Poll ``predicate`` until it is truthy; fail after ``timeout`` s or when a process in ``procs`` exits.
+
+    ``log``: a service log whose tail the failure message carries (what the service was doing).
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -112,10 +117,30 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, procs: 
             return value
         for p in procs:
             if p.poll() is not None:
-                raise AssertionError(f"service exited with {p.returncode} while waiting for {what}")
+                raise AssertionError(f"service exited with {p.returncode} while waiting for {what}{_tail(log)}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{_tail(log)}")
         time.sleep(0.2)
+
+
+def _tail(log: Path | None, chars: int = 4000) -> str:
+    if log is None or not log.exists():
+        return ""
+    return "\n--- service log (tail) ---\n" + log.read_text(errors="replace")[-chars:]
+
+
+def past_first_close(events: Any, *, window_ms: int = 60_000, attribution_ms: int = 60_000,
+                     disorder_ms: int = 5_000, margin_ms: int = 15_000) -> int:
+    """Where to split ``events`` so that the first part closes a window (write_config's defaults).
+
+    The index of the first event ``margin_ms`` of event time past the moment the first aligned window can
+    close (its end + the attribution window + the allowed disorder). Splitting at half the events instead
+    makes "wait for the first window" depend on the second of the minute the traffic starts at.
+    """
+    first_close = (min(e.ts_ms for e in events) // window_ms + 1) * window_ms + attribution_ms + disorder_ms
+    split = next((i for i, e in enumerate(events) if e.ts_ms >= first_close + margin_ms), None)
+    assert split is not None and split < len(events) - 100, "too little traffic to close a window in the first part"
+    return split
 
 
 CONSUMING = "consuming partition pairs"

@@ -113,7 +113,8 @@ def test_run_serves_metrics_of_the_windows_it_publishes(
     try:
         url = wait_for(lambda: (m := re.search(r"serving metrics on (http://\S+)/metrics", log.read_text()))
                        and m.group(1), timeout=60, what="the exporter", procs=(proc,))
-        wait_for(lambda: out.exists() and len(read_windows(out)) >= 4, timeout=60, what="windows", procs=(proc,))
+        wait_for(lambda: out.exists() and len(read_windows(out)) >= 4, timeout=180, what="windows", procs=(proc,),
+                 log=log)
         def ready() -> bool:
             try:
                 return bool(urllib.request.urlopen(url + "/readyz").status == 200)

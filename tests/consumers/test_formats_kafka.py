@@ -22,7 +22,7 @@ pytest.importorskip("confluent_kafka.schema_registry")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
 
 from foreign_shapes import AVRO, EVENTS_TOML, descriptor_set, team_records  # noqa: E402
-from kafka_helpers import start_run, stop_run, wait_consuming, wait_for, write_config  # noqa: E402
+from kafka_helpers import past_first_close, start_run, stop_run, wait_consuming, wait_for, write_config  # noqa: E402
 from kafka_oracle import expected_windows  # noqa: E402
 from test_registry import registry_url  # noqa: E402,F401  (the module's registry fixture)
 from test_service_kafka import WINDOWS, _assert_matches, _create, _traffic, _windows_by_identity  # noqa: E402
@@ -81,7 +81,12 @@ class Proxy:
                 client, _ = server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.target, timeout=10)
+            try:  # a registry slow to accept must not end the proxy (the next client retries)
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)  # idle keep-alive connections stay open, as they do without the proxy
             self._conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
@@ -204,20 +209,22 @@ def test_a_registry_gone_mid_run_holds_the_records_and_loses_none(
     second = {s: ConfluentAvroEncoder(registry.register(f"{unique}-v2-{s}-{uuid.uuid4().hex[:6]}",
                                                         json.dumps(second_schemas[s])), parse_schema(second_schemas[s]))
               for s in AVRO}
-    half = len(events) // 2
+    half = past_first_close(events)  # the first part closes windows, whatever second the traffic starts at
     out, log = tmp_path / "w.jsonl", tmp_path / "run.log"
     proc = start_run(config, out, log)
     try:
         wait_consuming(log, 0, procs=(proc,))
         _produce(kafka_broker.bootstrap, unique, _team_events(events[:half], first))
-        wait_for(lambda: out.exists() and out.read_text().strip(), timeout=240, what="first windows", procs=(proc,))
+        wait_for(lambda: out.exists() and out.read_text().strip(), timeout=240, what="first windows", procs=(proc,),
+                 log=log)
         proxy.stop()
         _produce(kafka_broker.bootstrap, unique, _team_events(events[half:] + _closers(events, 2), second))
         wait_for(lambda: "unreachable (schema id" in log.read_text(), timeout=180, what="the outage logged",
-                 procs=(proc,))
-        time.sleep(2)  # the outage lasts a while: several retries with backoff
+                 procs=(proc,), log=log)
+        time.sleep(2)  # the outage's length (a stimulus, not a wait for a condition): several refused retries
         proxy.start()
-        wait_for(lambda: set(want) <= set(_windows_by_identity(out)), timeout=300, what="all windows", procs=(proc,))
+        wait_for(lambda: set(want) <= set(_windows_by_identity(out)), timeout=300, what="all windows", procs=(proc,),
+                 log=log)
     finally:
         proxy.stop()
         assert stop_run(proc) == 0, log.read_text()[-3000:]

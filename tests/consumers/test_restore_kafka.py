@@ -20,6 +20,7 @@ from kafka_helpers import (
     ROOT,
     STARTED,
     consuming_count,
+    past_first_close,
     start_run,
     stop_run,
     wait_consuming,
@@ -61,7 +62,7 @@ def _start_slow(config: Path, out: Path, log: Path, delay: float) -> subprocess.
 
 def test_restore_longer_than_the_session_timeout_keeps_the_member(kafka_broker: Any, unique: str, tmp_path: Path) -> None:
     events, rows = generate_with_truth(_traffic(41, minutes=4, rate=10))
-    half = len(events) // 2
+    half = past_first_close(events)
     _create(kafka_broker.bootstrap, unique, 2)
     want = expected_windows(rows, windows=WINDOWS, partitions=2)
     config = write_config(tmp_path / "run.toml", bootstrap=kafka_broker.bootstrap, prefix=unique,
@@ -71,7 +72,8 @@ def test_restore_longer_than_the_session_timeout_keeps_the_member(kafka_broker: 
     _produce(kafka_broker.bootstrap, unique, events[:half], close=False, partitions=2)
     a = start_run(config, outs[0], log_a)
     wait_consuming(log_a, 0, procs=(a,))
-    wait_for(lambda: outs[0].exists() and outs[0].stat().st_size > 0, timeout=60, what="A's first window", procs=(a,))
+    wait_for(lambda: outs[0].exists() and outs[0].stat().st_size > 0, timeout=180, what="A's first window", procs=(a,),
+             log=log_a)
     assert stop_run(a) == 0, log_a.read_text()[-3000:]  # final checkpoint committed: B must restore it
     b = _start_slow(config, outs[1], log_b, delay=9.0)
     try:

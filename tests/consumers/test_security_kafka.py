@@ -188,7 +188,8 @@ def test_run_with_least_privilege_acls_gives_the_oracle_windows_and_survives_sig
     log = tmp_path / "run.log"
     first = start_run(config, tmp_path / "w0.jsonl", log)
     wait_consuming(log, 0, procs=(first,))
-    wait_for(lambda: len(_windows(tmp_path / "w0.jsonl")) >= 3, timeout=60, what="the first windows", procs=(first,))
+    wait_for(lambda: len(_windows(tmp_path / "w0.jsonl")) >= 3, timeout=180, what="the first windows", procs=(first,),
+             log=log)
     stop_run(first, kill=True)
     second = start_run(config, tmp_path / "w1.jsonl", log)
     try:

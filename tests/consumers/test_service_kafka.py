@@ -18,7 +18,15 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka_helpers import consuming_count, start_run, stop_run, wait_consuming, wait_for, write_config
+from kafka_helpers import (
+    consuming_count,
+    past_first_close,
+    start_run,
+    stop_run,
+    wait_consuming,
+    wait_for,
+    write_config,
+)
 from kafka_oracle import assert_documents_equal, expected_windows, read_truth
 
 from rankwatch.cli import main
@@ -213,7 +221,7 @@ def test_broker_stop_start_mid_stream(kafka_broker: Any, unique: str, tmp_path: 
         pytest.skip("an external broker cannot be restarted by the test")
     cfg = _traffic(21, minutes=4, rate=10)
     events, rows = generate_with_truth(cfg)
-    half = len(events) // 2
+    half = past_first_close(events)
     _create(kafka_broker.bootstrap, unique, 2)
     _produce(kafka_broker.bootstrap, unique, events[:half], close=False, partitions=2)
     want = expected_windows(rows, windows=WINDOWS, partitions=2)
@@ -222,7 +230,8 @@ def test_broker_stop_start_mid_stream(kafka_broker: Any, unique: str, tmp_path: 
     out = tmp_path / "windows.jsonl"
     proc = start_run(config, out, tmp_path / "run.log")
     try:
-        wait_for(lambda: out.exists() and out.stat().st_size > 0, timeout=60, what="first window", procs=(proc,))
+        wait_for(lambda: out.exists() and out.stat().st_size > 0, timeout=180, what="first window", procs=(proc,),
+                 log=tmp_path / "run.log")
         kafka_broker.stop()
         time.sleep(1.0)
         kafka_broker.start()
@@ -236,7 +245,7 @@ def test_broker_stop_start_mid_stream(kafka_broker: Any, unique: str, tmp_path: 
 def test_second_instance_joining_mid_stream_gives_the_same_windows(kafka_broker: Any, unique: str, tmp_path: Path) -> None:
     cfg = _traffic(33, minutes=4, rate=12)
     events, rows = generate_with_truth(cfg)
-    half = len(events) // 2
+    half = past_first_close(events)
     _create(kafka_broker.bootstrap, unique, 4)
     _produce(kafka_broker.bootstrap, unique, events[:half], close=False, partitions=4)
     want = expected_windows(rows, windows=WINDOWS, partitions=4)
@@ -246,7 +255,8 @@ def test_second_instance_joining_mid_stream_gives_the_same_windows(kafka_broker:
     a = start_run(config, out_a, tmp_path / "a.log")
     b = None
     try:
-        wait_for(lambda: out_a.exists() and out_a.stat().st_size > 0, timeout=60, what="A's first window", procs=(a,))
+        wait_for(lambda: out_a.exists() and out_a.stat().st_size > 0, timeout=180, what="A's first window",
+                 procs=(a,), log=tmp_path / "a.log")
         b = start_run(config, out_b, tmp_path / "b.log")
         # B joins: the group rebalances, A checkpoints and hands over half of the pairs.
         wait_consuming(tmp_path / "b.log", 0, procs=(a, b))
