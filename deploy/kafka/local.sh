@@ -48,37 +48,27 @@ CLIENT="$RUN/client"
 USERS="admin rankwatch intruder"
 MECHANISM="SCRAM-SHA-512"
 
-die() { echo "local.sh: $*" >&2; exit 1; }
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"  # die, maven_copy, fetch_marker, pid_from_file, stop_pid
 
 fetch() {
-  # A marker written after a complete copy keeps a re-run instant and an interrupted one retried.
-  local marker="$LIB/.complete-$(sha256sum "$HERE/pom.xml" | cut -c1-16)"
+  local marker
+  marker="$(fetch_marker "$LIB" "$HERE/pom.xml")"
   if [ -f "$marker" ]; then
     echo "kafka jars: present ($(ls "$LIB"/*.jar | wc -l) jars in deploy/kafka/lib)"
     return 0
   fi
-  command -v mvn >/dev/null 2>&1 || die "mvn not found: install Maven (Debian package 'maven')"
   command -v java >/dev/null 2>&1 || die "java not found: install a JDK 17+ (Debian package 'openjdk-17-jdk-headless')"
   rm -rf "$LIB"
   mkdir -p "$LIB"
-  if ! mvn -q -B -f "$HERE/pom.xml" -Dmaven.repo.local="$M2" \
-      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$LIB" >"$HERE/.fetch.out" 2>&1; then
-    cat "$HERE/.fetch.out" >&2
-    die "resolving the Kafka jars from Maven Central failed (see the Maven output above)"
-  fi
-  rm -f "$HERE/.fetch.out"
+  maven_copy "$HERE/pom.xml" "$M2" "$LIB" "the Kafka jars" -DincludeScope=runtime
   touch "$marker"
   echo "kafka jars: resolved $(ls "$LIB"/*.jar | wc -l) jars into deploy/kafka/lib"
 }
 
 running_pid() {
   # Prints the broker's pid when the pid file names a live Kafka JVM of this port.
-  [ -f "$PIDFILE" ] || return 1
-  local pid
-  pid="$(cat "$PIDFILE")"
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-  grep -q "kafka.Kafka" "/proc/$pid/cmdline" 2>/dev/null || return 1
-  echo "$pid"
+  pid_from_file "$PIDFILE" "kafka.Kafka"
 }
 
 port_open() {
@@ -365,19 +355,7 @@ stop() {
     echo "kafka: not running on 127.0.0.1:$PORT"
     return 0
   fi
-  kill -TERM "$pid"
-  local waited=0
-  while kill -0 "$pid" 2>/dev/null; do
-    if [ "$waited" -ge 300 ]; then
-      echo "kafka: no clean shutdown after 30 s, killing pid $pid" >&2
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  rm -f "$PIDFILE"
-  echo "kafka: stopped (127.0.0.1:$PORT)"
+  stop_pid kafka "$pid" "$PIDFILE" 30 "127.0.0.1:$PORT"
 }
 
 status() {

@@ -66,26 +66,21 @@ STOP_TIMEOUT=30
 MIN_JAVA=21
 READY_PATH="/apis/ccompat/v7/subjects"
 
-die() { echo "local.sh: $*" >&2; exit 1; }
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"  # die, maven_copy, fetch_marker, pid_from_file, stop_pid
 
 fetch() {
-  # A marker written after a complete unpack keeps a re-run instant and an interrupted one retried.
-  local marker="$LIB/.complete-$(sha256sum "$HERE/pom.xml" | cut -c1-16)"
+  local marker
+  marker="$(fetch_marker "$LIB" "$HERE/pom.xml")"
   if [ -f "$marker" ]; then
     echo "schema registry: present ($(cat "$marker") in deploy/schema-registry/lib)"
     return 0
   fi
-  command -v mvn >/dev/null 2>&1 || die "mvn not found: install Maven (Debian package 'maven')"
   command -v tar >/dev/null 2>&1 || die "tar not found"
   local download="$HERE/.download"
   rm -rf "$LIB" "$download"
   mkdir -p "$LIB" "$download"
-  if ! mvn -q -B -f "$HERE/pom.xml" -Dmaven.repo.local="$M2" \
-      dependency:copy-dependencies -DoutputDirectory="$download" >"$HERE/.fetch.out" 2>&1; then
-    cat "$HERE/.fetch.out" >&2
-    die "resolving Apicurio Registry from Maven Central failed (see the Maven output above)"
-  fi
-  rm -f "$HERE/.fetch.out"
+  maven_copy "$HERE/pom.xml" "$M2" "$download" "Apicurio Registry"
   local archive
   archive="$(ls "$download"/apicurio-registry-app-*-all.tar.gz 2>/dev/null | head -n 1)"
   [ -n "$archive" ] || die "Maven resolved no apicurio-registry-app-*-all.tar.gz into $download"
@@ -157,12 +152,7 @@ find_java() {
 
 running_pid() {
   # Prints the registry's pid when the pid file names a live registry JVM started from this lib/.
-  [ -f "$PIDFILE" ] || return 1
-  local pid
-  pid="$(cat "$PIDFILE")"
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-  grep -q "$LIB/quarkus-run.jar" "/proc/$pid/cmdline" 2>/dev/null || return 1
-  echo "$pid"
+  pid_from_file "$PIDFILE" "$LIB/quarkus-run.jar"
 }
 
 ready() {
@@ -247,19 +237,7 @@ stop() {
     echo "schema registry: not running on 127.0.0.1:$PORT"
     return 0
   fi
-  kill -TERM "$pid"
-  local waited=0
-  while kill -0 "$pid" 2>/dev/null; do
-    if [ "$waited" -ge $((STOP_TIMEOUT * 10)) ]; then
-      echo "schema registry: no clean shutdown after ${STOP_TIMEOUT} s, killing pid $pid" >&2
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  rm -f "$PIDFILE"
-  echo "schema registry: stopped (127.0.0.1:$PORT)"
+  stop_pid "schema registry" "$pid" "$PIDFILE" "$STOP_TIMEOUT" "127.0.0.1:$PORT"
 }
 
 status() {
