@@ -152,6 +152,6 @@ def consuming_count(log: Path) -> int:
         CONSUMING + " []") if log.exists() else 0
 
 
-def wait_consuming(log: Path, before: int, *, procs: tuple[Any, ...], timeout: float = 60) -> None:
+def wait_consuming(log: Path, before: int, *, procs: tuple[Any, ...], timeout: float = 120) -> None:
     """Wait until a service logging to ``log`` got an assignment after ``before`` were counted."""
-    wait_for(lambda: consuming_count(log) > before, timeout=timeout, what="an assignment", procs=procs)
+    wait_for(lambda: consuming_count(log) > before, timeout=timeout, what="an assignment", procs=procs, log=log)

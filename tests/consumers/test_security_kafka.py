@@ -5,7 +5,6 @@ over SIGKILL, and every bad credential or missing ACL one line and a non-zero ex
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -27,8 +26,8 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as RT
 from kafka_helpers import (
-    LOCAL_SH,
     ROOT,
+    consuming_count,
     kill_started,
     start_run,
     stop_run,
@@ -37,6 +36,8 @@ from kafka_helpers import (
     write_config,
 )
 from kafka_oracle import assert_documents_equal, expected_windows, read_truth
+from secured_broker import SecuredBroker as Secured
+from secured_broker import secured_broker
 
 from rankwatch.consumers.windows_out import document_identity, read_windows
 
@@ -45,60 +46,16 @@ WINDOWS = ("1m", "5m")
 SESSION_S = 6.0  # write_config's session_timeout
 
 
-def _free_triple() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port + 2 > 65535:
-            continue
-        try:
-            for extra in (1, 2):
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", port + extra))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no three free ports in a row")
-
-
-class Secured:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.plain = f"127.0.0.1:{port}"  # User:ANONYMOUS, a super user: the test's admin (ACLs, topics)
-        self.sasl = f"127.0.0.1:{port + 2}"
-        self.client = ROOT / "deploy" / "kafka" / "run" / str(port) / "client"
-
-    def sh(self, action: str) -> None:
-        env = {**os.environ, "KAFKA_PORT": str(self.port), "KAFKA_CONTROLLER_PORT": str(self.port + 1),
-               "KAFKA_SASL_PORT": str(self.port + 2), "KAFKA_SECURITY": "sasl_ssl"}
-        subprocess.run([str(LOCAL_SH), action], check=True, env=env, capture_output=True, timeout=180)
-
-    def password(self, user: str) -> str:
-        return (self.client / f"{user}.password").read_text().strip()
-
-    def security(self, user: str = "rankwatch", *, password_file: Path | None = None, cafile: Path | None = None) -> str:
-        return (f'\n[kafka.security]\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "SCRAM-SHA-512"\n'
-                f'sasl_plain_username = "{user}"\n'
-                f'sasl_plain_password_file = "{password_file or self.client / (user + ".password")}"\n'
-                f'ssl_cafile = "{cafile or self.client / "ca.pem"}"\n')
-
-
 @pytest.fixture(scope="module")
 def secured() -> Iterator[Secured]:
-    lib = ROOT / "deploy" / "kafka" / "lib"
-    if not any(lib.glob("kafka_2.13-*.jar")):
-        subprocess.run([str(LOCAL_SH), "fetch"], check=True, timeout=600)
-    broker = Secured(_free_triple())
     try:
-        broker.sh("start")
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"secured local Kafka did not start: {e.stderr.decode(errors='replace')[-2000:]}")
-    try:
-        yield broker
-    finally:
-        kill_started()
-        broker.sh("clean")
+        with secured_broker() as broker:
+            try:
+                yield broker
+            finally:
+                kill_started()
+    except RuntimeError as e:  # local.sh start failed: its stderr is the message
+        pytest.fail(str(e))
 
 
 def rankwatch_acls(group: str, topics: tuple[str, ...], user: str = "rankwatch") -> list[ACL]:
@@ -191,8 +148,13 @@ def test_run_with_least_privilege_acls_gives_the_oracle_windows_and_survives_sig
     wait_for(lambda: len(_windows(tmp_path / "w0.jsonl")) >= 3, timeout=180, what="the first windows", procs=(first,),
              log=log)
     stop_run(first, kill=True)
+    before = consuming_count(log)
     second = start_run(config, tmp_path / "w1.jsonl", log)
     try:
+        # The second instance takes over (restoring the first one's last checkpoints) before the windows are
+        # checked: the first one may have published them all already, and stopping a process still starting
+        # would test nothing.
+        wait_consuming(log, before, procs=(second,))
         wait_for(lambda: set(want) <= set(_windows(tmp_path / "w0.jsonl", tmp_path / "w1.jsonl")), timeout=120,
                  what="every window of the traffic", procs=(second,))
     finally:
@@ -211,7 +173,7 @@ def test_bad_credentials_end_run_with_one_line(secured: Secured, unique: str, tm
         pw.write_text("not-the-password\n")
     elif case == "unknown-user":
         user = "nobody"
-        pw = secured.client / "rankwatch.password"
+        pw = secured.client_dir / "rankwatch.password"
     else:
         ca = tmp_path / "other-ca.pem"
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k"),

@@ -8,89 +8,25 @@ every client call is bounded.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import stat
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.consumers.kafka_helpers import LOCAL_SH, ROOT, start_run, stop_run, wait_for, write_config
+from tests.consumers.kafka_helpers import start_run, stop_run, wait_for, write_config
+from tests.consumers.secured_broker import BOOTSTRAP_TIMEOUT_MS, USERS, secured_broker
+from tests.consumers.secured_broker import SecuredBroker as Secured
 
 pytestmark = pytest.mark.kafka
 
-USERS = ("admin", "rankwatch", "intruder")
-BOOTSTRAP_TIMEOUT_MS = 5000  # a refused connection never bootstraps: bound the constructors' wait
-
-
-def _free_port_triple() -> int:
-    """A port p with p + 1 (controller) and p + 2 (SASL_SSL) free as well."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port + 2 > 65535:
-            continue
-        try:
-            for extra in (1, 2):
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", port + extra))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no three free consecutive ports")
-
-
-@dataclass
-class Secured:
-    port: int
-    sasl_port: int
-    client_dir: Path
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "KAFKA_PORT": str(self.port), "KAFKA_CONTROLLER_PORT": str(self.port + 1),
-                "KAFKA_SASL_PORT": str(self.sasl_port), "KAFKA_SECURITY": "sasl_ssl"}
-
-    def sh(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(LOCAL_SH), *args], env={**self.env, **env}, capture_output=True, text=True,
-                              timeout=180)
-
-    def password(self, user: str) -> str:
-        return (self.client_dir / f"{user}.password").read_text().strip()
-
-    def client(self, user: str, *, password: str | None = None, cafile: Path | None = None) -> dict[str, Any]:
-        """kafka-python options of ``user`` on the SASL_SSL listener."""
-        return {
-            "bootstrap_servers": f"127.0.0.1:{self.sasl_port}",
-            "security_protocol": "SASL_SSL",
-            "sasl_mechanism": "SCRAM-SHA-512",
-            "sasl_plain_username": user,
-            "sasl_plain_password": self.password(user) if password is None else password,
-            "ssl_cafile": str(cafile or self.client_dir / "ca.pem"),
-            "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
-            "request_timeout_ms": 15_000,
-        }
-
-
 @pytest.fixture(scope="module")
 def secured() -> Iterator[Secured]:
-    if not any((ROOT / "deploy" / "kafka" / "lib").glob("kafka_2.13-*.jar")):
-        subprocess.run([str(LOCAL_SH), "fetch"], check=True, timeout=600)
-    port = _free_port_triple()
-    broker = Secured(port, port + 2, ROOT / "deploy" / "kafka" / "run" / str(port) / "client")
-    try:
-        up = broker.sh("start")
-        assert up.returncode == 0, up.stderr[-2000:]
+    with secured_broker() as broker:
         yield broker
-    finally:
-        broker.sh("clean")
 
 
 def _unique() -> str:
