@@ -102,16 +102,17 @@ def start_registry(cfg: Any) -> Any:
               show_default=True)
 def command(config_path: Path, windows_out: Path | None, log_level: str) -> None:
     """Consume impressions and clicks from Kafka, publish windows, serve /metrics."""
+    # Signals first, before the second of imports below: a SIGTERM during start-up must also end in a clean
+    # exit, not a default death (exit status -15; a supervisor stopping a process it just started saw one).
+    stop_requested: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stop_requested.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: stop_requested.append(signum))
     from datetime import UTC, datetime
 
     from rankwatch.config import load_config
     from rankwatch.consumers.service import ConsumerService, ServiceHealth
     from rankwatch.consumers.windows_out import WindowsOutWriter
 
-    # Signals first: a SIGTERM during start-up must also end in a clean exit, not a default death.
-    stop_requested: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, _frame: stop_requested.append(signum))
-    signal.signal(signal.SIGINT, lambda signum, _frame: stop_requested.append(signum))
     logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # kafka-python logs every failed reconnect and request; an outage is reported once by the service
