@@ -25,6 +25,7 @@ from rankwatch.pipeline.errors import ConfigError
 from rankwatch.pipeline.events.logs import NO_TS
 from rankwatch.pipeline.events.mapping import REQUIRED, EventMapping, StreamMapping
 from rankwatch.pipeline.events.paths import SHIFTED_KEY, SINGLE_KEY
+from rankwatch.pipeline.events.translate_compiled import compiled_translator
 from rankwatch.pipeline.events.validation import Rejection, RejectReason
 
 Decoder = Callable[[bytes], Any]  # raw bytes -> a record tree, or a Rejection
@@ -75,11 +76,11 @@ def json_decoder(max_event_bytes: int) -> Decoder:
 
 
 def translator_for(mapping: EventMapping, *, max_event_bytes: int = 1_000_000,
-                   decoders: Mapping[str, Decoder] | None = None) -> Translator | None:
+                   decoders: Mapping[str, Decoder] | None = None, fast: bool = True) -> Translator | None:
     """The translator of ``mapping``, or None when it maps nothing (section 1 events read unchanged)."""
     if mapping.identity:
         return None
-    return Translator(mapping, max_event_bytes=max_event_bytes, decoders=decoders)
+    return Translator(mapping, max_event_bytes=max_event_bytes, decoders=decoders, fast=fast)
 
 
 class Translator:
@@ -94,10 +95,13 @@ class Translator:
     decoders
         Per stream, a decoder for ``format = "avro"`` / ``"protobuf"`` (``bytes -> tree | Rejection``);
         JSON needs none. A stream whose format has no decoder is a :class:`ConfigError`.
+    fast
+        True: each stream's generated function (:mod:`pipeline.events.translate_compiled`); False: the
+        general translator only (the reference the generated one is tested against).
     """
 
     def __init__(self, mapping: EventMapping, *, max_event_bytes: int = 1_000_000,
-                 decoders: Mapping[str, Decoder] | None = None) -> None:
+                 decoders: Mapping[str, Decoder] | None = None, fast: bool = True) -> None:
         self.mapping = mapping
         self.max_event_bytes = max_event_bytes
         self.decoders: dict[str, Decoder | None] = {}
@@ -112,7 +116,8 @@ class Translator:
                                   f"(install rankwatch[{sm.format}])")
             else:
                 self.decoders[name] = dec or json_decoder(max_event_bytes)
-            self._tree_fns[name] = _tree_translator(sm)
+            general = _tree_translator(sm)
+            self._tree_fns[name] = compiled_translator(sm, general, _Item) if fast else general
 
     # -- one event -------------------------------------------------------------------------------------
     def translate(self, stream: str, raw: bytes) -> list[bytes] | Rejection:
