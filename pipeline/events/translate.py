@@ -118,17 +118,14 @@ class Translator:
                 self.decoders[name] = dec or json_decoder(max_event_bytes)
             general = _tree_translator(sm)
             self._tree_fns[name] = compiled_translator(sm, general, _Item) if fast else general
+        # Per stream, bytes -> [section 1 bytes] | Rejection: the decoder and the record function in one call.
+        self._one: dict[str, Callable[[bytes], Any]] = {
+            name: _decode_then(self.decoders[name], self._tree_fns[name]) for name in ("impressions", "clicks")}
 
     # -- one event -------------------------------------------------------------------------------------
     def translate(self, stream: str, raw: bytes) -> list[bytes] | Rejection:
         """Section 1 events (JSON bytes) for one message of ``stream``, or why it cannot be read."""
-        decode = self.decoders[stream]
-        if decode is None:
-            return [raw]
-        tree = decode(raw)
-        if type(tree) is Rejection:
-            return tree
-        return self._tree_fns[stream](tree, raw)  # type: ignore[no-any-return]
+        return self._one[stream](raw)  # type: ignore[no-any-return]
 
     translate_line = translate  # the name replay's line reader calls (one line of a log)
 
@@ -152,9 +149,9 @@ class Translator:
         values: list[bytes] = []
         index: list[int] = []
         rejected: list[tuple[int, Rejection]] = []
-        translate = self.translate
+        translate = self._one[stream]
         for i, raw in enumerate(raws):
-            out = translate(stream, raw)
+            out = translate(raw)
             if type(out) is Rejection:
                 rejected.append((i, out))
             elif len(out) == 1:  # type: ignore[arg-type]
@@ -164,6 +161,11 @@ class Translator:
                 values += out  # type: ignore[arg-type]
                 index += [i] * len(out)  # type: ignore[arg-type]
         return values, index, rejected
+
+    def translate_kinds(self, kinds: Sequence[bool], raws: Sequence[bytes]) -> list[list[bytes] | Rejection]:
+        """:meth:`translate` of each message, ``kinds[i]`` True for an impression, False for a click."""
+        imp, clk = self._one["impressions"], self._one["clicks"]
+        return [imp(raw) if kind else clk(raw) for kind, raw in zip(kinds, raws, strict=True)]
 
     def event_ts_ms(self, stream: str, raw: bytes) -> int | None:
         """The event time (epoch ms) a message maps to, None when it cannot be read (for ordering only)."""
@@ -179,6 +181,20 @@ class Translator:
         (the ``ts_of`` of :class:`pipeline.events.logs.EventLogMerge`)."""
         return np.array([NO_TS if (t := self.event_ts_ms(stream, raw)) is None else t for raw in raws],
                         dtype=np.int64)
+
+
+def _decode_then(decode: Decoder | None, tree_fn: Callable[[Any, bytes], Any]) -> Callable[[bytes], Any]:
+    """One stream's ``bytes -> [section 1 bytes] | Rejection`` (the message itself when nothing is mapped)."""
+    if decode is None:
+        return lambda raw: [raw]
+
+    def translate_one(raw: bytes) -> Any:
+        tree = decode(raw)
+        if type(tree) is Rejection:
+            return tree
+        return tree_fn(tree, raw)
+
+    return translate_one
 
 
 def _missing(name: str, path: str) -> Rejection:
