@@ -33,7 +33,7 @@ _encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
 
 
-class _Item(msgspec.Struct):
+class _Item(msgspec.Struct, gc=False):
     """One translated item: built positionally and encoded as ``{"item_id", "position", "score"}`` (the
     bytes of the dict it replaces, in a third of the time)."""
 

@@ -170,7 +170,8 @@ def compiled_translator(sm: StreamMapping, slow: TreeFn, item_type: type) -> Tre
         event += list(sm.item_fields)
     names = [f.name for f in event] + (["items"] if items_field is not None else [])
     # Absent optional fields are None and left out of the JSON (omit_defaults), as the dict leaves them out.
-    struct = msgspec.defstruct(f"{sm.stream}_event", [(n, Any, None) for n in names], omit_defaults=True)
+    struct = msgspec.defstruct(f"{sm.stream}_event", [(n, Any, None) for n in names], omit_defaults=True,
+                              gc=False)
     src.ns.update(Event=struct, Item=item_type, encode=msgspec.json.Encoder().encode)
     src.add(0, "def translate_record(tree, raw):")
     src.add(1, f"if type(tree) is not dict: {_SLOW}")
