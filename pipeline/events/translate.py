@@ -1,13 +1,20 @@
 """A team's events to section 1 events: :class:`Translator`, built by :meth:`EventMapping.translator`.
 
-Layout: :func:`translator_for` (None for the identity mapping); one decoded record (a dict tree: JSON here, Avro / Protobuf from their decoders) plus its raw bytes
-in, section 1 events as JSON bytes out (:meth:`Translator.translate`), or a
-:class:`~pipeline.events.validation.Rejection`; :meth:`Translator.translate_many` does a run of one stream.
+Layout: :func:`translator_for` (None for the identity mapping); one decoded record (a dict tree: JSON here,
+Avro / Protobuf from their decoders) plus its raw bytes in, section 1 events as JSON bytes out
+(:meth:`Translator.translate`), or a :class:`~pipeline.events.validation.Rejection`;
+:meth:`Translator.translate_many` does a run of one stream, :meth:`Translator.translate_kinds` a poll of
+both. Per stream the record function is the generated one of :mod:`pipeline.events.translate_compiled`
+(``fast=True``, the default) in front of :func:`_tree_translator`, the general translator built from the
+path getters of :mod:`pipeline.events.paths` (``fast=False`` uses it alone).
 
 Why bytes: the unchanged native core validates them (types, ranges, positions, grades), so a mapped event
 is held to every rule of section 1 and is counted and dead-lettered the same way; the translator itself
 rejects only what the core cannot see: undecodable bytes, a missing required path, a path through a scalar,
-a timestamp in the wrong unit's type. Digest ids: with ``event_id`` not mapped and absent, the id is the
+a timestamp in the wrong unit's type. Why two record functions: the general one is the definition (one
+closure per field, every rejection and its message); the generated one reads the usual record in one frame,
+about twice as cheap, and hands anything else to the general one whole, so the results are the same by
+construction (and tested on random trees). Digest ids: with ``event_id`` not mapped and absent, the id is the
 BLAKE2b-128 hex digest of the message's bytes, so a byte-identical resend is a duplicate and nothing else is
 (in the item layout each message is one item event, so the id is per item).
 """
