@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 
 from rankwatch.pipeline.events.mapping import REQUIRED, Field, StreamMapping
+from rankwatch.pipeline.events.paths import ts_converter
 from rankwatch.pipeline.events.validation import Rejection
 
 TreeFn = Callable[[Any, bytes], Any]
@@ -112,8 +113,7 @@ def _convert(src: _Source, f: Field, ind: int) -> None:
 
 
 def _converter_of(f: Field) -> Callable[[Any], Any]:
-    from rankwatch.pipeline.events.paths import ts_converter
-
+    """The unit's converter (the one the general path's rule calls): for values not converted inline."""
     conv = ts_converter(f.unit, f.path)
     assert conv is not None
     return conv

@@ -215,6 +215,9 @@ def test_translator_fast_and_general_agree_on_bytes() -> None:
                 assert fast.translate(stream, raw) == slow.translate(stream, raw)
                 assert fast.translate_tree(stream, tree, raw) == slow.translate_tree(stream, tree, raw)
                 assert fast.translate_many(stream, [raw, raw]) == slow.translate_many(stream, [raw, raw])
+                kinds = [stream == "impressions"] * 2
+                assert fast.translate_kinds(kinds, [raw, b"{"]) == slow.translate_kinds(kinds, [raw, b"{"]) == [
+                    slow.translate(stream, raw), slow.translate(stream, b"{")]
 
 
 def test_user_text_is_never_source() -> None:
