@@ -54,6 +54,12 @@ class Field:
     path: str
     get: Getter = field(compare=False)
     mapped: bool = True  # named in the ``fields`` table (else section 1's own name is the path)
+    # The rule the getter was compiled from, for pipeline.events.translate_compiled's generated code.
+    keys: tuple[str, ...] = field(default=(), compare=False)
+    default: Any = field(default=None, compare=False)
+    value_map: Mapping[str, Any] | None = field(default=None, compare=False)
+    unit: str | None = field(default=None, compare=False)
+    base: int = field(default=1, compare=False)
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ def compile_stream(stream: str, table: Mapping[str, Any], where: str = "config")
 
 def _compile_field(name: str, spec: Any, where: str) -> Field:
     if spec is None:
-        return Field(name, name, compile_path((name,)), mapped=False)
+        return Field(name, name, compile_path((name,)), mapped=False, keys=(name,))
     if isinstance(spec, str):
         spec = {"path": spec}
     if not isinstance(spec, Mapping):
@@ -152,7 +158,8 @@ def _compile_field(name: str, spec: Any, where: str) -> Field:
     elif name == "position":
         convert = position_converter(base)
     getter = compile_rule(compile_path(keys), default=default, value_map=value_map, convert=convert)
-    return Field(name, text, getter, mapped=True)
+    return Field(name, text, getter, mapped=True, keys=keys, default=default,
+                 value_map=dict(value_map) if value_map is not None else None, unit=unit, base=base)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """A poll's records in a team's own schema through the native core: translate, then :func:`process_batch`.
 
-Layout: :func:`process_mapped_batch` translates each record with a
-:class:`~pipeline.events.translate.Translator`, hands the section 1 events to the native batch path in runs,
-and rejects what cannot be read through :meth:`StreamProcessor.reject` at its place in the sequence;
+Layout: :func:`process_mapped_batch` translates the poll's records with a
+:class:`~pipeline.events.translate.Translator` (:meth:`~pipeline.events.translate.Translator.translate_kinds`,
+all first: translation reads no state), hands the section 1 events to the native batch path (in one call
+when every record maps to one event, the usual poll; else in runs), and rejects what cannot be read through
+:meth:`StreamProcessor.reject` at its place in the sequence;
 :class:`OriginalBytes` is the dead-letter sink wrapper that puts each message's *original* bytes (not the
 translated ones) into the dead letters the core writes for it.
 
@@ -65,7 +67,20 @@ def process_mapped_batch(
     sink = proc.dead_letters
     wrapper = OriginalBytes(sink) if sink is not None else None
     originals = wrapper.originals if wrapper is not None else None
-    translate = translator.translate
+    translated = translator.translate_kinds(kinds, values)
+    single = [o[0] for o in translated if type(o) is list and len(o) == 1]
+    if values and len(single) == len(values):  # the usual poll: one section 1 event per message, none rejected
+        if originals is not None:
+            originals.update((id(v), raw) for v, raw in zip(single, values, strict=True) if v is not raw)
+        if wrapper is not None:
+            proc.dead_letters = wrapper
+        try:
+            return process_batch(proc, list(kinds), single, partition=partition,
+                                 offsets=None if offsets is None else list(offsets), topics=topics,
+                                 source_of=source_of)
+        finally:
+            if wrapper is not None:
+                proc.dead_letters = sink
 
     def flush() -> None:
         nonlocal out
@@ -85,7 +100,7 @@ def process_mapped_batch(
         for i, raw in enumerate(values):
             kind = kinds[i]
             stream = "impressions" if kind else "clicks"
-            native = translate(stream, raw)
+            native = translated[i]
             if type(native) is Rejection:
                 flush()
                 src = (source_of(i) if source_of is not None
