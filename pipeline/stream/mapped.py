@@ -68,19 +68,6 @@ def process_mapped_batch(
     wrapper = OriginalBytes(sink) if sink is not None else None
     originals = wrapper.originals if wrapper is not None else None
     translated = translator.translate_kinds(kinds, values)
-    single = [o[0] for o in translated if type(o) is list and len(o) == 1]
-    if values and len(single) == len(values):  # the usual poll: one section 1 event per message, none rejected
-        if originals is not None:
-            originals.update((id(v), raw) for v, raw in zip(single, values, strict=True) if v is not raw)
-        if wrapper is not None:
-            proc.dead_letters = wrapper
-        try:
-            return process_batch(proc, list(kinds), single, partition=partition,
-                                 offsets=None if offsets is None else list(offsets), topics=topics,
-                                 source_of=source_of)
-        finally:
-            if wrapper is not None:
-                proc.dead_letters = sink
 
     def flush() -> None:
         nonlocal out
@@ -97,24 +84,31 @@ def process_mapped_batch(
     if wrapper is not None:
         proc.dead_letters = wrapper
     try:
-        for i, raw in enumerate(values):
-            kind = kinds[i]
-            stream = "impressions" if kind else "clicks"
-            native = translated[i]
-            if type(native) is Rejection:
-                flush()
-                src = (source_of(i) if source_of is not None
-                       else None if offsets is None else SourceRef(topics[0 if kind else 1], partition, offsets[i]))  # type: ignore[arg-type]
-                proc.reject(stream, raw, native.reason, native.detail, src)
-                continue
-            for value in native:
-                run_kinds.append(kind)
-                run_values.append(value)
-                run_index.append(i)
-                if offsets is not None:
-                    run_offsets.append(offsets[i])
-                if originals is not None and value is not raw:
-                    originals[id(value)] = raw
+        single = [o[0] for o in translated if type(o) is list and len(o) == 1]
+        if len(single) == len(values):  # the usual poll: one section 1 event per message, none rejected
+            run_kinds[:], run_values[:], run_index[:] = kinds, single, range(len(values))
+            if offsets is not None:
+                run_offsets[:] = offsets
+            if originals is not None:
+                originals.update((id(v), raw) for v, raw in zip(single, values, strict=True) if v is not raw)
+        else:
+            for i, raw in enumerate(values):
+                kind = kinds[i]
+                native = translated[i]
+                if type(native) is Rejection:
+                    flush()
+                    src = (source_of(i) if source_of is not None
+                           else None if offsets is None else SourceRef(topics[0 if kind else 1], partition, offsets[i]))  # type: ignore[arg-type]
+                    proc.reject("impressions" if kind else "clicks", raw, native.reason, native.detail, src)
+                    continue
+                for value in native:
+                    run_kinds.append(kind)
+                    run_values.append(value)
+                    run_index.append(i)
+                    if offsets is not None:
+                        run_offsets.append(offsets[i])
+                    if originals is not None and value is not raw:
+                        originals[id(value)] = raw
         flush()
     finally:
         if wrapper is not None:
