@@ -24,6 +24,13 @@ class Answer:
         self._result: Any = None
         self._error: BaseException | None = None
 
+    @classmethod
+    def of(cls, result: Any) -> Answer:
+        """An answer already here (a snapshot taken in-process, or waited for)."""
+        answer = cls()
+        answer.fill(result, None)
+        return answer
+
     def fill(self, result: Any, error: BaseException | None) -> None:
         if not self.cancelled:
             self._result, self._error = result, error
@@ -47,6 +54,4 @@ def ask_snapshot(processor: Any) -> Answer:
     asking = getattr(processor, "snapshot_async", None)
     if asking is not None:
         return asking()  # type: ignore[no-any-return]
-    answer = Answer()
-    answer.fill(processor.snapshot(), None)
-    return answer
+    return Answer.of(processor.snapshot())

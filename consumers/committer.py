@@ -118,11 +118,7 @@ class Committer:
                 clk_off = self.resolved_offset(pair, pair.clicks_tp)
                 if imp_off is None or clk_off is None:
                     continue  # nothing fed yet from a partition whose start is unknown: nothing to save
-                if wait:
-                    answer = Answer()
-                    answer.fill(pair.processor.snapshot(), None)
-                else:
-                    answer = ask_snapshot(pair.processor)
+                answer = Answer.of(pair.processor.snapshot()) if wait else ask_snapshot(pair.processor)
                 fed = pair.fed_since_checkpoint
             yield pair, imp_off, clk_off, fed, answer
 
