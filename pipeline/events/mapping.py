@@ -16,6 +16,7 @@ Errors are :class:`pipeline.errors.ConfigError` lines naming the table and key, 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,11 @@ REQUIRED = frozenset({"request_id", "ts", "item_id", "position", "score"})  # ab
 # Keys of a stream table; format-specific ones (framing, schema_file, ...) are read by the format's decoder.
 TABLE_KEYS = frozenset({"format", "layout", "fields", "framing", "schema_file", "descriptor_set", "message"})
 RULE_KEYS = frozenset({"path", "unit", "map", "default", "base"})
+
+
+def digest_id(raw: bytes) -> str:
+    """The event id of a message without one: BLAKE2b-128 of its bytes, hex."""
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ BLAKE2b-128 hex digest of the message's bytes, so a byte-identical resend is a d
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,7 +29,7 @@ import numpy as np
 
 from rankwatch.pipeline.errors import ConfigError
 from rankwatch.pipeline.events.logs import NO_TS
-from rankwatch.pipeline.events.mapping import REQUIRED, EventMapping, StreamMapping
+from rankwatch.pipeline.events.mapping import REQUIRED, EventMapping, StreamMapping, digest_id
 from rankwatch.pipeline.events.paths import SHIFTED_KEY, SINGLE_KEY
 from rankwatch.pipeline.events.translate_compiled import compiled_translator
 from rankwatch.pipeline.events.validation import Rejection, RejectReason
@@ -47,11 +46,6 @@ class _Item(msgspec.Struct, gc=False):
     item_id: Any
     position: Any
     score: Any
-
-
-def digest_id(raw: bytes) -> str:
-    """The event id of a message without one: BLAKE2b-128 of its bytes, hex."""
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def json_decoder(max_event_bytes: int) -> Decoder:

@@ -26,13 +26,12 @@ namespace (``K0``, ``M1``, ...), referred to by generated names only.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
-from rankwatch.pipeline.events.mapping import REQUIRED, Field, StreamMapping
+from rankwatch.pipeline.events.mapping import REQUIRED, Field, StreamMapping, digest_id
 from rankwatch.pipeline.events.paths import ts_converter
 from rankwatch.pipeline.events.validation import Rejection
 
@@ -64,7 +63,7 @@ class _Source:
                                    "int": int, "float": float, "str": str, "type": type, "round": round,
                                    "len": len, "map_other": _map_other, "KeyError": KeyError,
                                    "TypeError": TypeError, "ValueError": ValueError, "IndexError": IndexError,
-                                   "digest": lambda raw: hashlib.blake2b(raw, digest_size=16).hexdigest()}
+                                   "digest": digest_id}
 
     def const(self, prefix: str, value: Any) -> str:
         """A generated name for ``value`` in the namespace (never the value's text in the source)."""
@@ -129,7 +128,7 @@ def _field(src: _Source, f: Field, out: str, *, required: bool) -> None:
         _convert(src, f, 1)
     else:
         if f.name == "event_id" and not f.mapped:
-            src.add(1, "if v is None: v = digest(raw)")  # the message's digest (translate.digest_id)
+            src.add(1, "if v is None: v = digest(raw)")  # the message's digest (mapping.digest_id)
         elif required or f.name == "event_id":
             src.add(1, f"if v is None: {_SLOW}")  # missing_field, named by the general path
         elif has_rule:
