@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from kafka_helpers import LOCAL_SH, ROOT, Broker, _free_port_pair, kill_started
+from kafka_helpers import LOCAL_SH, ROOT, Broker, free_port_run, kill_started
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def kafka_broker() -> Iterator[Broker]:
     lib = ROOT / "deploy" / "kafka" / "lib"
     if not any(lib.glob("kafka_2.13-*.jar")):
         subprocess.run([str(LOCAL_SH), "fetch"], check=True, timeout=600)
-    port = _free_port_pair()
+    port = free_port_run(2)
     broker = Broker(f"127.0.0.1:{port}", port)
     try:
         broker.start()

@@ -34,20 +34,23 @@ class Broker:
         self._sh("start")
 
 
-def _free_port_pair() -> int:
-    for _ in range(50):
+def free_port_run(count: int) -> int:
+    """A free port p with p + 1, ..., p + count - 1 free as well: a local service's listeners side by side
+    (Kafka's broker and controller, + SASL_SSL; the registry's HTTP and management ports)."""
+    for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
+            port = int(s.getsockname()[1])
+        if port + count - 1 > 65535:
             continue
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return int(port)
-    raise RuntimeError("no free port pair")
+        try:
+            for extra in range(1, count):
+                with socket.socket() as s2:
+                    s2.bind(("127.0.0.1", port + extra))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no {count} free consecutive ports")
 
 
 def write_config(path: Path, *, bootstrap: str, prefix: str, windows: tuple[str, ...] = ("1m", "5m"),

@@ -10,7 +10,6 @@ tests/deploy/test_kafka_local_secured.py (the script itself) share it.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,28 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.consumers.kafka_helpers import free_port_run
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_SH = ROOT / "deploy" / "kafka" / "local.sh"
 USERS = ("admin", "rankwatch", "intruder")  # the SCRAM users local.sh creates
 BOOTSTRAP_TIMEOUT_MS = 5000  # a refused connection never bootstraps: bound the constructors' wait
-
-
-def free_port_triple() -> int:
-    """A port p with p + 1 (controller) and p + 2 (SASL_SSL) free as well."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port + 2 > 65535:
-            continue
-        try:
-            for extra in (1, 2):
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", port + extra))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no three free consecutive ports")
 
 
 @dataclass
@@ -104,7 +87,7 @@ def secured_broker() -> Iterator[SecuredBroker]:
     """A started secured broker (the jars fetched first when absent); its run folder removed at the end."""
     if not any((ROOT / "deploy" / "kafka" / "lib").glob("kafka_2.13-*.jar")):
         subprocess.run([str(LOCAL_SH), "fetch"], check=True, timeout=600)
-    broker = SecuredBroker(free_port_triple())
+    broker = SecuredBroker(free_port_run(3))  # plaintext, controller, SASL_SSL
     try:
         up = broker.sh("start")
         if up.returncode != 0:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.consumers.kafka_helpers import free_port_run
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_SH = ROOT / "deploy" / "kafka" / "local.sh"
@@ -21,23 +22,10 @@ def _sh(*args: str, port: int | None = None, timeout: float = 180) -> subprocess
     return subprocess.run([str(LOCAL_SH), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-
-
 def test_usage_and_status_of_a_stopped_broker() -> None:
     bad = _sh("bogus")
     assert bad.returncode == 2 and "usage" in bad.stderr
-    port = _free_port()
+    port = free_port_run(2)
     status = _sh("status", port=port)
     assert status.returncode == 3 and "stopped" in status.stdout
     assert _sh("stop", port=port).returncode == 0  # stopping a stopped broker is fine
@@ -50,7 +38,7 @@ def test_fetch_start_stop_are_idempotent_and_the_broker_serves_clients() -> None
     started = time.monotonic()
     again = _sh("fetch")
     assert again.returncode == 0 and "present" in again.stdout and time.monotonic() - started < 5
-    port = _free_port()
+    port = free_port_run(2)
     try:
         up = _sh("start", port=port)
         assert up.returncode == 0, up.stderr
@@ -104,7 +92,7 @@ def test_a_cluster_id_starting_with_a_dash_formats_and_a_broken_python3_does_not
     fake_python = fake_bin / "python3"
     fake_python.write_text("#!/bin/sh\necho 'not this python' >&2\nexit 1\n")
     fake_python.chmod(0o755)
-    port = _free_port()
+    port = free_port_run(2)
     env = _env_for(port, KAFKA_CLUSTER_ID="-AAAAAAAAAAAAAAAAAAAAA", PATH=f"{fake_bin}:{os.environ['PATH']}")
     try:
         up = subprocess.run([str(LOCAL_SH), "start"], env=env, capture_output=True, text=True, timeout=180)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +19,8 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+
+from tests.consumers.kafka_helpers import free_port_run
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "deploy" / "schema-registry"
@@ -46,20 +47,6 @@ def _sh(*args: str, port: int | None = None, timeout: float = 180,
     return subprocess.run([str(LOCAL_SH), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _free_port() -> int:
-    # The HTTP port and the next one (the registry's management interface) must both be free.
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-
-
 def _http(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method,
@@ -75,7 +62,7 @@ def _http(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[in
 def test_usage_and_status_of_a_stopped_registry() -> None:
     bad = _sh("bogus")
     assert bad.returncode == 2 and "usage" in bad.stderr
-    port = _free_port()
+    port = free_port_run(2)
     status = _sh("status", port=port)
     assert status.returncode == 3 and "stopped" in status.stdout
     assert _sh("stop", port=port).returncode == 0  # stopping a stopped registry is fine
@@ -89,7 +76,7 @@ def test_start_without_a_java_21_fails_with_one_clear_line(tmp_path: Path) -> No
     java17.parent.mkdir(parents=True)
     java17.write_text('#!/bin/sh\necho \'openjdk version "17.0.15" 2025-04-15\' >&2\n')
     java17.chmod(0o755)
-    port = _free_port()
+    port = free_port_run(2)
     out = _sh("start", port=port, timeout=60,
               SCHEMA_REGISTRY_JAVA_CANDIDATES=f"{java17} {tmp_path / 'missing' / 'java'}")
     assert out.returncode == 1
@@ -112,7 +99,7 @@ def registry() -> Iterator[str]:
     """The ccompat base URL of a registry started by local.sh on a free port; stopped and removed at the end."""
     fetched = _sh("fetch", timeout=900)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
-    port = _free_port()
+    port = free_port_run(2)
     try:
         started = time.monotonic()
         up = _sh("start", port=port, timeout=START_TIMEOUT + 60)
