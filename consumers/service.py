@@ -57,7 +57,7 @@ from rankwatch.consumers.fetch_compat import (
 from rankwatch.consumers.outage import FatalKafkaError, KafkaOutage, is_fatal, is_retriable, one_line
 from rankwatch.consumers.rebalance import Rebalancer
 from rankwatch.consumers.settings import KafkaSettings
-from rankwatch.consumers.stats import ServiceHealth, consumer_lag, merge_stats
+from rankwatch.consumers.stats import ServiceHealth, service_health
 from rankwatch.consumers.topics import CHECKPOINT_TOPIC_CONFIG, TopicError, check_copartitioned, ensure_topic
 from rankwatch.consumers.watchdog import Watchdog
 from rankwatch.pipeline.clock import Clock
@@ -444,29 +444,9 @@ class ConsumerService:
 
     # -- health and shutdown ---------------------------------------------------------------------------
     def _refresh_health(self, *, running: bool) -> None:
-        with self._lock:
-            stats = {p: pair.processor.stats() for p, pair in self._pairs.items()}
-            lag = consumer_lag(self._pairs.values(), self._highwater)
-            assigned = tuple(sorted(self._pairs))
-            restoring = tuple(sorted(self._rebalancer.restoring))
-        self._health = ServiceHealth(
-            stats=stats, merged=merge_stats(list(stats.values())) if stats else None, lag=lag,
-            dead_letters=dict(self._dead.counts) if self._dead else {}, checkpoints_written=self.committer.written,
-            checkpoint_failures=self.committer.failures, restores=self._restores,
-            windows_published=self._published, assigned=assigned, running=running,
-            kafka_outage=self._outage.active, kafka_outage_seconds=self._outage.seconds_total(),
-            schema_registry_up=None if self._gate is None else not self._gate.outage.active,
-            schema_registry_outage_seconds=0.0 if self._gate is None else self._gate.outage.seconds_total(),
-            restoring=restoring,
-        )
+        self._health = service_health(self, running=running)
         if self.on_health is not None:
             self.on_health(self._health)
-
-    def _highwater(self, tp: Any) -> int | None:
-        try:
-            return self._consumer.highwater(tp) if self._consumer is not None else None
-        except KafkaError:
-            return None
 
     def _shutdown(self) -> None:
         """Final checkpoint and commit, then close; bounded by ``shutdown_timeout_s`` even in an outage."""

@@ -1,10 +1,13 @@
-"""The service's health snapshot, and adding up the streaming core's statistics of several partition pairs."""
+"""The service's health snapshot (:func:`service_health`), and adding up the streaming core's statistics of
+several partition pairs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from kafka.errors import KafkaError
 
 from rankwatch.pipeline.stream.processor import StreamStats
 
@@ -96,3 +99,31 @@ def consumer_lag(pairs: Iterable[Any], highwater: Callable[[Any], int | None]) -
                 fed = int(buf[0].offset) if buf else 0
             lag[(tp.topic, tp.partition)] = max(0, hw - fed)
     return lag
+
+
+def service_health(svc: Any, *, running: bool) -> ServiceHealth:
+    """The health of ``svc`` (a :class:`consumers.service.ConsumerService`) now: its pairs' statistics and
+    their sum, the lag, the checkpoint, dead-letter, outage and restore counters."""
+
+    def highwater(tp: Any) -> int | None:
+        try:
+            return svc._consumer.highwater(tp) if svc._consumer is not None else None
+        except KafkaError:
+            return None
+
+    with svc._lock:
+        stats = {p: pair.processor.stats() for p, pair in svc._pairs.items()}
+        lag = consumer_lag(svc._pairs.values(), highwater)
+        assigned = tuple(sorted(svc._pairs))
+        restoring = tuple(sorted(svc._rebalancer.restoring))
+    gate = svc._gate
+    return ServiceHealth(
+        stats=stats, merged=merge_stats(list(stats.values())) if stats else None, lag=lag,
+        dead_letters=dict(svc._dead.counts) if svc._dead else {}, checkpoints_written=svc.committer.written,
+        checkpoint_failures=svc.committer.failures, restores=svc._restores,
+        windows_published=svc._published, assigned=assigned, running=running,
+        kafka_outage=svc._outage.active, kafka_outage_seconds=svc._outage.seconds_total(),
+        schema_registry_up=None if gate is None else not gate.outage.active,
+        schema_registry_outage_seconds=0.0 if gate is None else gate.outage.seconds_total(),
+        restoring=restoring,
+    )
