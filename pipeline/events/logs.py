@@ -235,6 +235,10 @@ class BatchSources:
     def __len__(self) -> int:
         return len(self._numbers)
 
+    def parts(self) -> tuple[dict[int, str], np.ndarray, np.ndarray]:
+        """``(paths by file index, file index a line, line number a line)``: what rebuilds it elsewhere."""
+        return self._paths, self._indexes, self._numbers
+
 
 def _sorted_batch(parts: list[tuple[LogFile, list[bytes], np.ndarray, np.ndarray]]) -> tuple[
         list[bool], list[bytes], BatchSources]:

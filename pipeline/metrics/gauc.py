@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 from rankwatch.pipeline.metrics.uncertainty import ratio_variance
 
@@ -399,8 +400,10 @@ class GaucSums:
         if memo is not None:
             return memo
         keys, scores, rel = self.open_items()
-        codes, dense = np.unique(keys, return_inverse=True)
-        counts = group_auc(dense.reshape(-1), scores, rel, codes.size)
+        # The users' dense ids in key order, as np.unique(keys, return_inverse=True) gives them, by hashing
+        # (about 10x faster than np.unique's sort of every open item; the ids, hence the sums, are the same).
+        dense, codes = pd.factorize(keys, sort=True)
+        counts = group_auc(dense, scores, rel, codes.size)
         w, s, g, e, m = weighted_moments(counts, np.zeros(codes.size, np.int64), 1, weight_kind)
         memo = (self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]),
                 self.excluded + int(e[0]), _add_moments(self.moments, _moments_of(m[0])))  # fmt: skip

@@ -2,7 +2,8 @@
 
 The files are read in chunks of lines and merged by event time chunk by chunk
 (:class:`pipeline.events.logs.EventLogMerge`: the order of a per-line merge by ``ts``, impressions before
-clicks at equal times), and each merged batch goes through the streaming core's batch path in one call. A
+clicks at equal times), in a child process a batch ahead (:mod:`rankwatch.commands.log_reader`), and each
+merged batch goes through the streaming core's batch path in one call. A
 line whose ``ts`` cannot be read reaches the processor where a per-line merge would have handed it over,
 and is rejected with its reason (counted and dead-lettered, never lost).
 Each file is assumed to be roughly in time order: disorder beyond ``--allowed-disorder`` makes events late,
@@ -52,9 +53,9 @@ def command(
 ) -> None:
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.commands.event_files import events_translator
+    from rankwatch.commands.log_reader import open_merge
     from rankwatch.pipeline.clock import ManualClock
     from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
-    from rankwatch.pipeline.events.logs import EventLogMerge
     from rankwatch.pipeline.stream.processor import StreamProcessor
 
     config = _config(windows, attribution_window, allowed_disorder, by, ks)
@@ -78,7 +79,7 @@ def command(
                 out_file.write(json.dumps(w.document()) + "\n")
 
     ts_of = None if translator is None else translator.event_ts_many
-    merge = EventLogMerge(files, ts_of=ts_of, opener=opener)
+    merge = open_merge(files, ts_of=ts_of, opener=opener)
     try:
         with _progress(merge.size, merge.position) as advance:
             for kinds, values, sources in merge.batches():
@@ -159,7 +160,14 @@ class _progress:
 
 
 def _overall_document(published: list[Any], config: Any) -> dict[str, Any]:
-    """The result document over the whole replay: the windows of the largest size merged."""
+    """The result document over the whole replay: the windows of the largest size merged.
+
+    Its entries are computed by two threads: closing every user's GAUC group and the clustered AUC variances
+    of a large replay are sorts of every item, which release the GIL (the reader process has ended by then,
+    so the second core is free); the document is the one a single thread builds.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from rankwatch.pipeline.metrics.aggregates import RankingAggregate
     from rankwatch.pipeline.metrics.result import result_document
     from rankwatch.pipeline.stream.windows import parse_duration_ms
@@ -176,7 +184,8 @@ def _overall_document(published: list[Any], config: Any) -> dict[str, Any]:
                 slices[key].merge(agg)
             else:
                 slices[key] = agg.copy()
-    return result_document(overall, slices)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rankwatch-result") as pool:
+        return result_document(overall, slices, map_entries=pool.map)
 
 
 def _summary(stats: Any) -> str:

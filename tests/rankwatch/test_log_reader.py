@@ -1,0 +1,94 @@
+"""The log reader's child process hands over exactly the in-process merge's batches, and fails as it would.
+
+The oracle is :class:`pipeline.events.logs.EventLogMerge` run in this process (itself checked against a
+per-line heap merge in tests/pipeline/events/test_logs.py) on the same random files: unsorted, with bad
+and empty lines, RFC 3339 times, gzip, and chunks of a few bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rankwatch.commands.log_reader import PrefetchedMerge, open_merge
+from rankwatch.errors import RankwatchError
+from rankwatch.pipeline.events.logs import EventLogMerge
+from tests.pipeline.events.test_logs import _random_line
+
+
+def _files(tmp_path: Path, seed: int) -> list[tuple[Path, str]]:
+    rng = random.Random(seed)
+    files = []
+    for i in range(rng.randint(1, 4)):
+        stream = "impressions" if i == 0 or rng.random() < 0.5 else "clicks"
+        lines = [_random_line(rng, rng.randint(0, 60) + j // 3) for j in range(rng.randint(0, 150))]
+        data = b"\n".join(lines) + b"\n"
+        path = tmp_path / f"f{i}.jsonl"
+        if rng.random() < 0.3:
+            path, data = tmp_path / f"f{i}.jsonl.gz", gzip.compress(data)
+        path.write_bytes(data)
+        files.append((path, stream))
+    files.sort(key=lambda f: f[1] != "impressions")
+    return files
+
+
+def _drain(merge: Any) -> list[tuple[list[bool], list[bytes], list[Any]]]:
+    out = []
+    try:
+        for kinds, values, sources in merge.batches():
+            out.append((kinds, values, [sources(i) for i in range(len(values))]))
+        assert merge.position() == merge.size
+    finally:
+        merge.close()
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_child_gives_the_in_process_batches(tmp_path: Path, seed: int) -> None:
+    files = _files(tmp_path, seed)
+    for chunk in (16, 300, 1 << 22):
+        expected = _drain(EventLogMerge(files, chunk_bytes=chunk))
+        got = _drain(PrefetchedMerge(files, chunk_bytes=chunk))
+        assert got == expected, chunk
+
+
+def test_a_corrupt_gzip_is_the_in_process_error_and_the_child_is_gone(tmp_path: Path) -> None:
+    good = gzip.compress(b"\n".join(_random_line(random.Random(1), t) for t in range(5000)) + b"\n")
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(good[: len(good) // 2] + b"\x00garbage" * 50)
+    files = [(path, "impressions")]
+    with pytest.raises(RankwatchError) as inline:
+        _drain(EventLogMerge(files, chunk_bytes=1024))
+    merge = PrefetchedMerge(files, chunk_bytes=1024)
+    with pytest.raises(RankwatchError) as child:
+        _drain(merge)
+    assert str(child.value) == str(inline.value) and str(path) in str(child.value)
+    assert not merge._child.is_alive()
+
+
+def test_closing_early_stops_the_child(tmp_path: Path) -> None:
+    path = tmp_path / "imp.jsonl"
+    path.write_bytes(b"\n".join(_random_line(random.Random(2), t) for t in range(20000)) + b"\n")
+    merge = PrefetchedMerge([(path, "impressions")], chunk_bytes=4096)
+    next(iter(merge.batches()))  # the child is blocked on the pipe, a batch ahead
+    merge.close()
+    assert not merge._child.is_alive() and merge._child.exitcode is not None
+
+
+def test_a_missing_file_fails_before_any_child_starts(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        PrefetchedMerge([(tmp_path / "absent.jsonl", "impressions")])
+
+
+def test_inline_mode_is_the_plain_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _files(tmp_path, 3)
+    monkeypatch.setenv("RANKWATCH_LOG_READER", "inline")
+    assert type(open_merge(files)) is EventLogMerge
+    monkeypatch.delenv("RANKWATCH_LOG_READER")
+    merge = open_merge(files)
+    assert isinstance(merge, PrefetchedMerge)
+    assert _drain(merge) == _drain(EventLogMerge(files))
