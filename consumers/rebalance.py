@@ -47,6 +47,7 @@ class Rebalancer(AsyncConsumerRebalanceListener):
     # -- listener (kafka-python's I/O thread, while the loop is inside poll) ----------------------------
     async def on_partitions_revoked(self, revoked: Any) -> None:
         svc = self.svc
+        svc.committer.cancel()  # a periodic checkpoint asked for: the pairs change (this one waits)
         parts = {tp.partition for tp in revoked}
         with svc._lock:
             owned = [p for p in parts if p in svc._pairs]
@@ -74,11 +75,13 @@ class Rebalancer(AsyncConsumerRebalanceListener):
             svc._paused = {tp for tp in svc._paused if tp.partition not in parts}
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.svc.committer.cancel()
         self.queue(assigned)
 
     async def on_partitions_lost(self, lost: Any) -> None:
         # Evicted: our commits would be refused. Drop the state; the next owner restores the last commit.
         svc = self.svc
+        svc.committer.cancel()
         with svc._lock:
             for tp in lost:
                 svc._pairs.pop(tp.partition, None)
