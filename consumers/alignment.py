@@ -116,6 +116,20 @@ class PartitionPair:
         """
         return feed_pair(self, caught_up, confirmed, limit)
 
-    def clear_buffers(self) -> None:
-        for buf in self.buffers.values():
+    def release(self) -> dict[Any, int]:
+        """The pair is revoked: drop its buffered records and return, per topic-partition, the offset its state
+        resumes from (after the last record fed; else the first record buffered, none fed yet; absent when
+        neither is known: nothing was fetched, the position is still where reading starts).
+
+        The consumer must be sought back there: the records dropped here were fetched, and a partition the
+        group gives back keeps its fetch position (consumers/rebalance.py, "Positions").
+        """
+        resume: dict[Any, int] = {}
+        for tp, buf in self.buffers.items():
+            off = self.next_offset.get(tp)
+            if off is None and buf:
+                off = int(buf[0].offset)
+            if off is not None:
+                resume[tp] = off
             buf.clear()
+        return resume

@@ -3,7 +3,9 @@
 :class:`Committer` writes a pair's checkpoint (and waits for its acknowledgement) before the offsets are
 committed with a pointer to it; after a successful commit the checkpoints it replaces are deleted. The
 rebalance listener uses the same object: it commits through the coordinator itself, then calls
-:meth:`Committer.committed` with :attr:`Committer.pending`.
+:meth:`Committer.committed` with :attr:`Committer.pending`. The loop's periodic checkpoint
+(:meth:`Committer.periodic`) asks for its snapshots without waiting and writes them on a later turn, once
+they are all answered; the listener's and the final checkpoint (:meth:`Committer.checkpoint`) wait.
 
 Why apart from the service: this is the one place whose order decides whether a crash loses or doubles
 anything; the service's loop only decides when to call it.
@@ -12,16 +14,20 @@ anything; the service's loop only decides when to call it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kafka.structs import OffsetAndMetadata
 
 from rankwatch.consumers.alignment import PartitionPair
+from rankwatch.consumers.answer import Answer, ask_snapshot
 from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef
 from rankwatch.consumers.fetch_compat import known_position
 
 log = logging.getLogger("rankwatch.consumers")
+
+# A pair's checkpoint in the making: (pair, impressions offset, clicks offset, fed, its snapshot's answer)
+_Asked = tuple[PartitionPair, int, int, int, Answer]
 
 
 class Committer:
@@ -32,6 +38,7 @@ class Committer:
         self.written = 0  # checkpoints made current by a commit
         self.failures = 0  # checkpoint writes or commits that failed
         self.pending: list[tuple[PartitionPair, CheckpointRef]] = []  # written in the listener, to commit
+        self.asked: list[_Asked] | None = None  # the periodic checkpoint's snapshots, asked for
 
     def resolved_offset(self, pair: PartitionPair, tp: Any) -> int | None:
         """Next offset to read of ``tp`` as of the state: after the last record fed, else where reading starts.
@@ -57,18 +64,51 @@ class Committer:
 
     def checkpoint(self, partitions: Iterable[int], *, in_listener: bool = False,
                    timeout_s: float = 20.0) -> dict[Any, OffsetAndMetadata]:
-        """Write checkpoints of ``partitions`` and (outside the rebalance listener) commit them.
+        """Write checkpoints of ``partitions`` and (outside the rebalance listener) commit them, waiting for
+        each snapshot; a periodic checkpoint still asked for is cancelled (this one replaces it).
 
         Returns the offsets to commit; the listener commits them itself through the coordinator. Nothing is
         committed while a dead letter is unsent (it would be lost with the offsets that produced it).
         """
-        store = self.svc._store
-        assert store is not None and self.svc._producer is not None
-        offsets: dict[Any, OffsetAndMetadata] = {}
-        written: list[tuple[PartitionPair, CheckpointRef]] = []
-        # Every pair's snapshot and chunks first, then one wait for all acknowledgements: on a backlog the
-        # loop stalled for one snapshot round trip and one flush per pair (docs/kafka.md, "Throughput").
-        sent: list[tuple[PartitionPair, int, int, int, Any]] = []
+        self.cancel()
+        return self._write(self._ask(partitions, wait=True), in_listener=in_listener, timeout_s=timeout_s)
+
+    def periodic(self, partitions: Callable[[], Iterable[int]], *, due: bool, timeout_s: float) -> bool:
+        """The loop's checkpoint, in two turns or more: when ``due``, ask the snapshots of ``partitions()``
+        without waiting; on a later turn, once every answer is here, write and commit as :meth:`checkpoint`.
+
+        Returns True when a periodic checkpoint ended (written, failed, or nothing to save). The offsets and
+        ``fed`` are taken when asking, under the lock: the snapshot request sits behind exactly the batches
+        already sent, so it holds exactly what those offsets say. A rebalance or a stop in between cancels it
+        (:meth:`cancel`; the listener's or the final checkpoint then waits as always); an outage counts as a
+        failed checkpoint, tried again next interval.
+        """
+        if self.asked is None:
+            if not due:
+                return False
+            self.asked = list(self._ask(partitions(), wait=False))
+        if not all(entry[4].done for entry in self.asked):
+            return False
+        asked = self.asked
+        self.asked = None
+        if self.svc._stop.is_set():
+            return True  # the final checkpoint saves them
+        if self.svc._outage.active:
+            self.failures += 1
+            return True
+        with self.svc._lock:  # a pair dropped or replaced since (a restore): its snapshot is stale
+            current = [entry for entry in asked if self.svc._pairs.get(entry[0].partition) is entry[0]]
+        self._write(iter(current), in_listener=False, timeout_s=timeout_s)
+        return True
+
+    def cancel(self) -> None:
+        """Forget a periodic checkpoint still asked for: its answers are discarded when they come."""
+        asked, self.asked = self.asked, None
+        for entry in asked or ():
+            entry[4].cancel()
+
+    def _ask(self, partitions: Iterable[int], *, wait: bool) -> Iterator[_Asked]:
+        """Per pair, under the lock: the offsets the state holds, ``fed`` and its snapshot (asked for)."""
         for p in sorted(set(partitions)):
             with self.svc._lock:
                 pair = self.svc._pairs.get(p)
@@ -78,10 +118,21 @@ class Committer:
                 clk_off = self.resolved_offset(pair, pair.clicks_tp)
                 if imp_off is None or clk_off is None:
                     continue  # nothing fed yet from a partition whose start is unknown: nothing to save
-                snapshot = pair.processor.snapshot()
+                answer = Answer.of(pair.processor.snapshot()) if wait else ask_snapshot(pair.processor)
                 fed = pair.fed_since_checkpoint
-            ok, out = self.svc._step("checkpoint write", store.send, p, snapshot, impressions_offset=imp_off,
-                                     clicks_offset=clk_off, previous=pair.checkpoint)
+            yield pair, imp_off, clk_off, fed, answer
+
+    def _write(self, asked: Iterator[_Asked], *, in_listener: bool, timeout_s: float) -> dict[Any, OffsetAndMetadata]:
+        store = self.svc._store
+        assert store is not None and self.svc._producer is not None
+        offsets: dict[Any, OffsetAndMetadata] = {}
+        written: list[tuple[PartitionPair, CheckpointRef]] = []
+        # Every pair's snapshot and chunks first, then one wait for all acknowledgements: on a backlog the
+        # loop stalled for one snapshot round trip and one flush per pair (docs/kafka.md, "Throughput").
+        sent: list[tuple[PartitionPair, int, int, int, Any]] = []
+        for pair, imp_off, clk_off, fed, answer in asked:
+            ok, out = self.svc._step("checkpoint write", store.send, pair.partition, answer.result(),
+                                     impressions_offset=imp_off, clicks_offset=clk_off, previous=pair.checkpoint)
             if not ok or out is None:
                 self.failures += 1
                 break

@@ -19,9 +19,10 @@ Why it changes no guarantee (docs/kafka.md, "The core process"):
   ``publish``, dead letters to the service's sink) before any later answer is read, so before the snapshot
   a checkpoint is written from, and the service's "nothing committed while a dead letter is unsent" rule
   still sees them.
-- Batches are asynchronous, at most ``max_in_flight`` unanswered at a time (bounded memory and lag); every
-  other request waits for its answer. The clock stays injected: ``tick`` sends the consuming side's
-  ``clock.now()``.
+- Batches are asynchronous, at most ``max_in_flight`` unanswered at a time (bounded memory and lag); the
+  periodic checkpoint's snapshots are asked with :meth:`CoreProcess.call_async` (an :class:`Answer` filled
+  when its turn comes, after the earlier answers were handed on); every other request waits for its
+  answer. The clock stays injected: ``tick`` sends the consuming side's ``clock.now()``.
 - The worker ignores SIGINT and SIGTERM (the consuming side shuts down first: final feed, checkpoint,
   commit) and exits when its requests' pipe closes, so it never outlives its parent, even after a SIGKILL.
 - A worker that dies or raises ends the service with one line (:class:`CoreProcessError`); the pairs resume
@@ -46,6 +47,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from rankwatch.consumers.answer import Answer
 from rankwatch.consumers.decoding import Entries, FormatSpec, SchemaCache, translator_of
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.errors import RankwatchError
@@ -252,7 +254,8 @@ class CoreProcess:
         self._conn: Any = None
         self._process: Any = None
         self._requests: Any = None  # the write end of the requests' pipe
-        self._expected: deque[tuple[str, int]] = deque()  # (op, handle) of unanswered requests, oldest first
+        # (op, handle, answer of call_async or None) of unanswered requests, oldest first
+        self._expected: deque[tuple[str, int, Answer | None]] = deque()
         self._stats: dict[int, StreamStats] = {}  # handle -> stats as of its latest answered request
         self._in_flight = 0  # unanswered batches
         self._next_handle = 0
@@ -296,6 +299,14 @@ class CoreProcess:
                 self._receive_one()
             return self._receive_one()
 
+    def call_async(self, op: str, handle: int, payload: Any = None) -> Answer:
+        """Send a request without waiting: its :class:`Answer` is filled when :meth:`drain` (or any later
+        wait) reads it, after every earlier answer was handed on; an error is raised by ``Answer.result``."""
+        with self._lock:
+            answer = Answer()
+            self._send(op, handle, payload, answer)
+            return answer
+
     def add_schemas(self, entries: Entries) -> None:
         """Registry answers for the worker's decoders, before any batch that needs them (the pipe is ordered)."""
         if entries:
@@ -321,20 +332,20 @@ class CoreProcess:
                 self.call("stats", handle)
             return self._stats[handle]
 
-    def _send(self, op: str, handle: int, payload: Any) -> None:
+    def _send(self, op: str, handle: int, payload: Any, answer: Answer | None = None) -> None:
         self._check()
         if self._dropped:
             dropped, self._dropped = self._dropped, []
             self._write(_dumps(("drop", -1, dropped)))
-            self._expected.append(("drop", -1))
+            self._expected.append(("drop", -1, None))
             for h in dropped:
                 self._stats.pop(h, None)
         self._write(_dumps((op, handle, payload)))
-        self._expected.append((op, handle))
+        self._expected.append((op, handle, answer))
 
     def _receive_one(self) -> Any:
         """Wait for the oldest answer, hand on what it carries and return its result."""
-        op, handle = self._expected[0]
+        op, handle, answer = self._expected[0]
         try:
             data = self._conn.recv_bytes()
         except (EOFError, OSError):
@@ -351,6 +362,9 @@ class CoreProcess:
                 sink.send(letter)
         if windows:
             self.publish(windows)
+        if answer is not None:  # asked without waiting: kept for its asker (or discarded if cancelled)
+            answer.fill(result, error)
+            return None
         if error is not None:
             raise error  # as in-process (e.g. a SnapshotError); the worker logged its traceback
         return result
@@ -437,6 +451,9 @@ class RemoteProcessor:
 
     def snapshot(self) -> bytes:
         return self.core.call("snapshot", self.handle)  # type: ignore[no-any-return]
+
+    def snapshot_async(self) -> Answer:
+        return self.core.call_async("snapshot", self.handle)
 
     def stats(self) -> StreamStats:
         """The stats as of the latest answered request (behind the batches in flight by at most

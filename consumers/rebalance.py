@@ -13,6 +13,15 @@ queued and is retried (consumers/outage.py).
 Revocation still checkpoints in the listener: the state must be saved before the pairs are given up, and
 a revocation happens inside a join, whose deadline is the rebalance timeout (``max_poll_interval_ms``),
 not the session timeout.
+
+Positions: a revoked pair's buffered records are dropped (:meth:`PartitionPair.release`), and each of its
+partitions is sought back to where the pair's state resumes (after the last record fed, else the first
+record buffered). kafka-python 3 keeps a partition's fetch position across an eager rebalance that gives
+it back, and the restore seeks only to offsets a checkpoint or a commit holds; a pair revoked before
+anything of one topic was fed (no fetch answer yet for the other topic, so nothing checkpointed: the
+start of the fleet test, where a second instance joins within a second) came back with that topic's
+position after its dropped records, which were never fetched again. The pair then waited silently, with
+nothing buffered, for records it had skipped (pair 1 of the fleet test never published a window).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from kafka.errors import IllegalStateError, KafkaError
 
 from rankwatch.consumers.alignment import PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointError, CheckpointRef
-from rankwatch.consumers.fetch_compat import stale_leader_assignment
+from rankwatch.consumers.fetch_compat import known_position, stale_leader_assignment
 from rankwatch.consumers.outage import FatalKafkaError, is_fatal, is_retriable, one_line
 from rankwatch.pipeline.stream.snapshot import ConfigChanged
 
@@ -47,6 +56,7 @@ class Rebalancer(AsyncConsumerRebalanceListener):
     # -- listener (kafka-python's I/O thread, while the loop is inside poll) ----------------------------
     async def on_partitions_revoked(self, revoked: Any) -> None:
         svc = self.svc
+        svc.committer.cancel()  # a periodic checkpoint asked for: the pairs change (this one waits)
         parts = {tp.partition for tp in revoked}
         with svc._lock:
             owned = [p for p in parts if p in svc._pairs]
@@ -69,16 +79,29 @@ class Rebalancer(AsyncConsumerRebalanceListener):
         with svc._lock:
             for p in owned:
                 pair = svc._pairs.pop(p)
-                pair.clear_buffers()
+                for tp, offset in pair.release().items():
+                    self._rewind(tp, offset)
                 svc._parked[p] = pair
             svc._paused = {tp for tp in svc._paused if tp.partition not in parts}
 
+    def _rewind(self, tp: Any, offset: int) -> None:
+        """Seek a revoked partition back to where its pair's state resumes (module docstring, "Positions")."""
+        consumer = self.svc._consumer
+        assert consumer is not None
+        try:
+            if known_position(consumer, tp) != offset:
+                consumer.seek(tp, offset)
+        except (IllegalStateError, ValueError, KeyError):
+            pass  # not assigned any more: the position goes with the partition
+
     async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.svc.committer.cancel()
         self.queue(assigned)
 
     async def on_partitions_lost(self, lost: Any) -> None:
         # Evicted: our commits would be refused. Drop the state; the next owner restores the last commit.
         svc = self.svc
+        svc.committer.cancel()
         with svc._lock:
             for tp in lost:
                 svc._pairs.pop(tp.partition, None)

@@ -310,10 +310,10 @@ class ConsumerService:
         if now - last["tick"] >= k.tick_interval_s:
             self._tick_idle()
             last["tick"] = now
-        if now - last["checkpoint"] >= k.checkpoint_interval_s and not out.active:
-            # A write waits at most max(10 s, session timeout): an outage mid-write is noticed by then.
-            self.checkpoint((p for p, pair in list(self._pairs.items()) if pair.fed_since_checkpoint),
-                            timeout_s=max(10.0, k.session_timeout_s))
+        # Asked now, written once answered (committer.py); a write waits <= max(10 s, session timeout).
+        if self.committer.periodic(lambda: [p for p, pair in self._pairs.items() if pair.fed_since_checkpoint],
+                                   due=now - last["checkpoint"] >= k.checkpoint_interval_s and not out.active,
+                                   timeout_s=max(10.0, k.session_timeout_s)):
             last["checkpoint"] = time.monotonic()
         if out.active or now - out.last_contact >= 2 * k.tick_interval_s + 1.0:
             self._probe()

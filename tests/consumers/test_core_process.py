@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
 
 from golden_traffic import messy_traffic  # noqa: E402
 
+from rankwatch.consumers.answer import ask_snapshot  # noqa: E402
 from rankwatch.consumers.core_process import CoreProcess, CoreProcessError, InProcessCores  # noqa: E402
 from rankwatch.pipeline.clock import ManualClock  # noqa: E402
 from rankwatch.pipeline.events.deadletter import ListDeadLetterSink  # noqa: E402
@@ -157,3 +158,63 @@ def test_a_dropped_stand_in_frees_its_state_in_the_worker(core: Any) -> None:
     kept.stats()  # the next request carries the drop
     with pytest.raises(KeyError):
         core.call("stats", handle)
+
+
+def _until_done(core: Any, answer: Any) -> None:
+    """Drain (as each turn of the service's loop does) until ``answer`` is read, up to a deadline."""
+    deadline = time.monotonic() + 30.0
+    while not answer.done:
+        assert time.monotonic() < deadline, "waited 30 s for the snapshot's answer"
+        core.drain()
+        time.sleep(0.005)
+
+
+def test_a_snapshot_asked_without_waiting_holds_what_was_sent_before_it_and_comes_after_its_windows(core: Any) -> None:
+    batches = _batches(3)
+    half = len(batches) // 2
+    local_sink, local_windows = ListDeadLetterSink(), []
+    local = StreamProcessor(CONFIG, clock=core.test_clock, dead_letters=local_sink, partitions=PARTS)
+    remote = core.new(PARTS)
+    _feed(local, batches[:half], local_windows)
+    expected = local.snapshot()
+    answers: list[Any] = []
+    seen_done: list[bool] = []  # was the snapshot's answer already filled when a window or letter was handed on?
+    publish, send = core.publish, core.dead_letters.send
+    core.publish = lambda ws: (seen_done.extend([bool(answers) and answers[0].done] * len(ws)), publish(ws))
+    core.dead_letters.send = lambda letter: (seen_done.append(bool(answers) and answers[0].done), send(letter))
+    _feed(remote, batches[:half], [])
+    answers.append(remote.snapshot_async())  # returns at once, behind the batches in flight
+    _feed(remote, batches[half:], [])  # fed while the snapshot is pending: not in it
+    _until_done(core, answers[0])
+    assert answers[0].result() == expected
+    windows_before = [w.document() for w in local_windows]
+    assert [w.document() for w in core.sinks.windows][:len(windows_before)] == windows_before
+    assert _letters(core.sinks.dead)[:len(local_sink.letters)] == _letters(local_sink)
+    n_before = len(local_windows) + len(local_sink.letters)
+    assert n_before > 5 and seen_done[:n_before] == [False] * n_before  # handed on before the answer
+    _feed(local, batches[half:], local_windows)
+    assert remote.snapshot() == local.snapshot()  # and the later batches went on as usual
+
+
+def test_a_cancelled_answer_is_discarded_and_an_asked_error_is_kept_for_its_asker(core: Any) -> None:
+    proc = core.new(PARTS)
+    _feed(proc, _batches(4)[:5], [])
+    cancelled = proc.snapshot_async()
+    cancelled.cancel()
+    failing = core.call_async("snapshot", 999)  # no such handle: the worker answers with a KeyError
+    core.call("stats", proc.handle)  # a waiting call reads the earlier answers first
+    assert cancelled.done and cancelled.cancelled
+    with pytest.raises(AssertionError):
+        cancelled.result()  # nothing kept
+    assert failing.done
+    with pytest.raises(KeyError):
+        failing.result()  # raised where the result is asked for, not in the call that read it
+    assert proc.snapshot_async() is not None and core.new(PARTS).stats().pending_requests == 0  # still serving
+
+
+def test_asking_an_in_process_snapshot_is_answered_at_once() -> None:
+    clock = ManualClock(datetime(2026, 1, 1, tzinfo=UTC))
+    proc = InProcessCores(CONFIG, clock=clock).new(PARTS)
+    _feed(proc, _batches(5)[:5], [])
+    answer = ask_snapshot(proc)
+    assert answer.done and answer.result() == proc.snapshot()
