@@ -49,6 +49,7 @@ from typing import Any
 
 from rankwatch.consumers.answer import Answer
 from rankwatch.consumers.decoding import Entries, FormatSpec, SchemaCache, translator_of
+from rankwatch.consumers.handoff import RequestRing, RingView, descriptor_of
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.errors import RankwatchError
 from rankwatch.pipeline.events.deadletter import DeadLetterSink, ListDeadLetterSink
@@ -139,9 +140,9 @@ class _Answers:
                 self.queued -= 1
 
 
-def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
-    """The worker's loop: one answer (on ``answers``) per request (from ``conn``), in order, until the
-    requests' pipe closes."""
+def _serve(conn: Any, answers: Any, config_bytes: bytes, ring_path: str | None = None) -> None:
+    """The worker's loop: one answer (on ``answers``) per request (from ``conn``, or from the shared ring
+    at ``ring_path`` that a descriptor on ``conn`` points to), in order, until the requests' pipe closes."""
     import gc
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -153,10 +154,13 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes) -> None:
     clock, dead = _SentClock(), ListDeadLetterSink()
     processors: dict[int, StreamProcessor] = {}
     out = _Answers(answers)
+    ring = None if ring_path is None else RingView(ring_path)
     gc.freeze()  # as the consuming process does: modules and config stay out of full collections
     while True:
         try:
-            op, handle, payload = pickle.loads(conn.recv_bytes())
+            data = conn.recv_bytes()
+            # Unpickled before the answer is sent: the ring's space is reused only after the answer.
+            op, handle, payload = pickle.loads(ring.read(data) if ring is not None and descriptor_of(data) else data)
         except (EOFError, OSError):
             out.close()
             return
@@ -262,6 +266,7 @@ class CoreProcess:
         self._dropped: list[int] = []  # handles of garbage-collected stand-ins, dropped with the next request
         self._failed: str | None = None
         self.batches_sent = 0
+        self._ring: RequestRing | None = None  # shared memory for the requests (consumers/handoff.py)
 
     # -- factory ---------------------------------------------------------------------------------------
     def new(self, partitions: tuple[int, ...]) -> RemoteProcessor:
@@ -352,6 +357,8 @@ class CoreProcess:
             self._fail("the core process ended")
         windows, letters, result, error, stats = pickle.loads(data)
         self._expected.popleft()
+        if self._ring is not None:
+            self._ring.answered()
         if stats is not None:
             self._stats[handle] = stats
         if op == "batch":
@@ -386,16 +393,20 @@ class CoreProcess:
             self._check()
             return
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs Kafka client threads
-        # Two one-way pipes, widened to 1 MiB where Linux allows: one poll's batch of a pair (a few hundred
-        # kB) then goes out in one write from the consuming thread without waiting for the core. (A
-        # sender thread instead waited up to a GIL switch interval, 5 ms, per batch behind the busy
+        # Two one-way pipes, widened to 1 MiB where Linux allows, and the requests' ring below: a poll's
+        # batch of a pair (up to a few MB) goes out from the consuming thread without waiting for the core.
+        # (A sender thread instead waited up to a GIL switch interval, 5 ms, per batch behind the busy
         # consuming thread: a quiet machine consumed at half its CPU rate.) The worker answers through a
         # thread of its own, so a large window never blocks it.
         req_read, req_write = ctx.Pipe(duplex=False)
         ans_read, ans_write = ctx.Pipe(duplex=False)
         for end in (req_write, ans_write):
             _widen(end)
-        self._process = ctx.Process(target=_serve, args=(req_read, ans_write, _dumps((self.config, self.events, self.formats))),
+        # Batches go through a shared ring, their descriptors through the pipe (consumers/handoff.py): a 2 MB
+        # batch then never waits for the worker to read it. Sized for the batches in flight, twice over.
+        self._ring = RequestRing.open()
+        self._process = ctx.Process(target=_serve, args=(req_read, ans_write, _dumps((self.config, self.events, self.formats)),
+                                                         None if self._ring is None else self._ring.path),
                                     name="rankwatch-core", daemon=True)
         self._process.start()
         req_read.close()
@@ -404,6 +415,10 @@ class CoreProcess:
         log.info("streaming core in process %d", self._process.pid)
 
     def _write(self, data: bytes) -> None:
+        """Write one request (every request written is answered, in order: :meth:`_receive_one` releases its
+        ring space)."""
+        if self._ring is not None:
+            data = self._ring.place(data)
         try:
             self._requests.send_bytes(data)
         except (EOFError, OSError):
@@ -422,6 +437,9 @@ class CoreProcess:
                 process.terminate()
                 process.join(1.0)
             self._process = self._conn = self._requests = None
+            if self._ring is not None:
+                self._ring.close()
+                self._ring = None
             self._failed = "the core process was closed"
 
 
