@@ -86,13 +86,14 @@ def process_batch(
     user_keys = pending.user_keys
     observe = proc._observe_at
     nul = b"\\u0000"
+    backslash = b"\\"  # any JSON escape (the NUL one too) starts with it: one memchr, ~4x cheaper than the search
     by_position = operator.attrgetter("position")
 
     for i, raw in enumerate(values):
         if kinds[i]:
             # -- impression ------------------------------------------------------------------------
             w: Any = None
-            if len(raw) <= max_bytes and raw.isascii() and nul not in raw:
+            if len(raw) <= max_bytes and raw.isascii() and (backslash not in raw or nul not in raw):
                 try:
                     w = dec_imp(raw)
                 except Exception:  # noqa: BLE001 - the per-record path names the reason
@@ -184,7 +185,7 @@ def process_batch(
         else:
             # -- feedback --------------------------------------------------------------------------
             f: Any = None
-            if len(raw) <= max_bytes and raw.isascii() and nul not in raw:
+            if len(raw) <= max_bytes and raw.isascii() and (backslash not in raw or nul not in raw):
                 try:
                     f = dec_fb(raw)
                 except Exception:  # noqa: BLE001 - the per-record path names the reason
