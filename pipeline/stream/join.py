@@ -214,7 +214,7 @@ class PendingRequests:
         self._seq = [tuple(range(1, n + 1)) for n in range(max_items_per_request + 1)]
         # user_id -> user_key_of it, for the batch path: users come back request after request, and the
         # BLAKE2b of each request's user cost about 3 % of the core. Not state (rebuilt on demand);
-        # emptied when it reaches USER_KEY_CACHE entries, so it stays bounded (a few MB).
+        # emptied when it reaches USER_KEY_CACHE entries, so it stays bounded (about 4 MB plus the ids).
         self.user_keys: dict[str, int] = {}
 
     def __len__(self) -> int:
