@@ -312,7 +312,7 @@ def main() -> None:
         core.append(t)
         t, n_b = run_core_batch(events)
         batched.append(t)
-        assert n_b == n == n_m, (n_b, n, n_m)
+        assert n_b == n, (n_b, n)
         t, n_ref = run_reference(events)
         ref.append(t)
         assert n == n_ref == n_imp, (n, n_ref, n_imp)

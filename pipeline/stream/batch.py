@@ -27,7 +27,7 @@ from typing import Any
 from rankwatch.pipeline.events.records import SourceRef
 from rankwatch.pipeline.events.validation import _FEEDBACK_DECODER, _IMPRESSION_DECODER, MAX_GRADE, MAX_TS_MS
 from rankwatch.pipeline.published import PublishedWindow
-from rankwatch.pipeline.stream.join import _STRUCTS, SEP, _pack_scores, user_key_of
+from rankwatch.pipeline.stream.join import _STRUCTS, SEP, USER_KEY_CACHE, _pack_scores, user_key_of
 from rankwatch.pipeline.stream.watermark import _ANY, Watermark
 
 # ``proc`` below is a :class:`pipeline.stream.processor.StreamProcessor`; it is typed ``Any`` because importing it,
@@ -83,15 +83,17 @@ def process_batch(
         skip = max_ts[ikey]  # type: ignore[assignment]
     slow_imp, slow_fb = proc.process_impression, proc.process_feedback
     add_packed = pending.add_packed
+    user_keys = pending.user_keys
     observe = proc._observe_at
     nul = b"\\u0000"
+    backslash = b"\\"  # any JSON escape (the NUL one too) starts with it: one memchr, ~4x cheaper than the search
     by_position = operator.attrgetter("position")
 
     for i, raw in enumerate(values):
         if kinds[i]:
             # -- impression ------------------------------------------------------------------------
             w: Any = None
-            if len(raw) <= max_bytes and raw.isascii() and nul not in raw:
+            if len(raw) <= max_bytes and raw.isascii() and (backslash not in raw or nul not in raw):
                 try:
                     w = dec_imp(raw)
                 except Exception:  # noqa: BLE001 - the per-record path names the reason
@@ -164,9 +166,18 @@ def process_batch(
             packed = (_pack_scores(tuple([it.score for it in items])) if st is None
                       else st.pack(*[it.score for it in items])) + joined.encode()
             user = w.user_id
-            if user is not None and type(user) is not str:
-                user = str(user)
-            slot = add_packed(rid, ts, combo, packed, n, user_key_of(rid, user))  # GAUC group
+            if user:  # the GAUC group: user_key_of(rid, user), remembered per user
+                if type(user) is not str:
+                    user = str(user)
+                ukey = user_keys.get(user)
+                if ukey is None:
+                    ukey = user_key_of(rid, user)
+                    if len(user_keys) >= USER_KEY_CACHE:
+                        user_keys.clear()
+                    user_keys[user] = ukey
+            else:
+                ukey = user_key_of(rid, None if user is None else str(user))
+            slot = add_packed(rid, ts, combo, packed, n, ukey)
             if early.count and rid in early.by_request:
                 for entry in early.pop(rid):
                     proc._attach(slot, entry)
@@ -174,7 +185,7 @@ def process_batch(
         else:
             # -- feedback --------------------------------------------------------------------------
             f: Any = None
-            if len(raw) <= max_bytes and raw.isascii() and nul not in raw:
+            if len(raw) <= max_bytes and raw.isascii() and (backslash not in raw or nul not in raw):
                 try:
                     f = dec_fb(raw)
                 except Exception:  # noqa: BLE001 - the per-record path names the reason

@@ -47,11 +47,21 @@ def merge_histograms(parts: list[ScoreHistogram], max_distinct: int) -> ScoreHis
         return ScoreHistogram.empty()
     if len(parts) == 1:
         return parts[0].compressed(max_distinct)
-    uniq, inverse = np.unique(np.concatenate([p.scores for p in parts]), return_inverse=True)
-    pos = np.bincount(inverse, weights=np.concatenate([p.pos for p in parts]), minlength=uniq.size)
-    neg = np.bincount(inverse, weights=np.concatenate([p.neg for p in parts]), minlength=uniq.size)
+    # Each part's scores ascend: a stable sort (timsort) merges those runs, several times faster than the
+    # comparison sort inside np.unique; integer sums per distinct score, as its bincount had them.
+    scores = np.concatenate([p.scores for p in parts])
+    order = np.argsort(scores, kind="stable")
+    scores = scores[order]
+    new = np.empty(scores.size, dtype=bool)
+    new[0] = True
+    np.not_equal(scores[1:], scores[:-1], out=new[1:])  # -0.0 == 0.0, one score ...
+    starts = np.flatnonzero(new)
+    uniq = scores[starts]
+    uniq += 0.0  # ... kept as 0.0 (np.unique kept whichever its unstable sort put first)
+    pos = np.add.reduceat(np.concatenate([p.pos for p in parts]).astype(np.int64, copy=False)[order], starts)
+    neg = np.add.reduceat(np.concatenate([p.neg for p in parts]).astype(np.int64, copy=False)[order], starts)
     ties = float(sum(p.new_ties for p in parts))
-    return ScoreHistogram(uniq, pos.astype(np.int64), neg.astype(np.int64), ties).compressed(max_distinct)
+    return ScoreHistogram(uniq, pos, neg, ties).compressed(max_distinct)
 
 
 class SliceAccumulator:

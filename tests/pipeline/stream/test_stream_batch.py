@@ -155,3 +155,31 @@ def test_dense_random_sequences_equal_per_record() -> None:
         parts = [(), (0, 1)][seed % 2]
         cuts = [rng.randrange(len(seq)) for _ in range(rng.randrange(5))]
         assert _batched(seq, parts, cuts, rng.randrange(len(seq))) == _per_record(seq, parts, cuts), seed
+
+
+def test_users_of_the_batch_path_equal_per_record_with_the_key_cache_emptied(monkeypatch: Any) -> None:
+    """The batch path remembers user keys per user_id (bounded: emptied at USER_KEY_CACHE entries); every
+    pending request still gets user_key_of its user, as per-record (str, int, empty and absent user ids)."""
+    import rankwatch.pipeline.stream.batch as batch_module
+    from rankwatch.pipeline.stream.join import user_key_of
+
+    monkeypatch.setattr(batch_module, "USER_KEY_CACHE", 3)
+    users: list[Any] = ["u1", "u2", "u1", 7, "7", "", None, 0, "u3", "u4", "u1", "u2", "u5", "u1"]
+    cfg = StreamConfig(windows=("1m",), attribution_window_ms=60_000, max_pending_requests=100)
+    seq = []
+    for k, user in enumerate(users):
+        doc: dict[str, Any] = {"event_id": f"e{k}", "request_id": f"r{k}", "ts": T0 + k,
+                               "items": [{"item_id": "a", "position": 1, "score": 0.5}]}
+        if user is not None:
+            doc["user_id"] = user
+        seq.append(_raw(doc))
+    batched = StreamProcessor(cfg, clock=ManualClock())
+    batched.process_batch([True] * len(seq), seq)
+    single = StreamProcessor(cfg, clock=ManualClock())
+    for raw in seq:
+        single.process_impression(raw)
+    keys = {rid: batched._pending.user[s] for rid, s in batched._pending.index.items()}
+    assert keys == {rid: single._pending.user[s] for rid, s in single._pending.index.items()}
+    assert keys["r0"] == user_key_of("r0", "u1") == keys["r13"] and keys["r3"] == keys["r4"] == user_key_of("r3", "7")
+    assert keys["r5"] == user_key_of("r5", None) != keys["r6"]  # no user: a group of its own request
+    assert len(batched._pending.user_keys) <= 3

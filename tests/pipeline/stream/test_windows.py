@@ -8,9 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.auc import ScoreHistogram
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.stream.join import FinalizedBatch
-from rankwatch.pipeline.stream.windows import FinalizedStaging, SliceAccumulator, WindowSet, parse_duration_ms
+from rankwatch.pipeline.stream.windows import (
+    FinalizedStaging,
+    SliceAccumulator,
+    WindowSet,
+    merge_histograms,
+    parse_duration_ms,
+)
 
 OPTS = MetricOptions()
 
@@ -52,6 +59,35 @@ def test_accumulator_equals_sequential_merge(seed, n_parts):
     for name in OPTS.rank_metric_names:
         assert got.sums[name].count == naive.sums[name].count
         assert got.sums[name].total == pytest.approx(naive.sums[name].total, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_merge_histograms_equals_a_naive_dict(seed):
+    """The multi-way merge (a stable sort of the parts' ascending runs) against counts per score in a dict;
+    ties across parts, -0.0 and 0.0 (one score, kept as 0.0), empty parts, and compression beyond the bound."""
+    rng = np.random.default_rng(seed)
+    parts, counts = [], {}
+    for _ in range(int(rng.integers(0, 9))):
+        n = int(rng.integers(0, 300))
+        scores = np.round(rng.normal(size=n), int(rng.integers(0, 3)))
+        scores[rng.random(n) < 0.05] = -0.0
+        scores[rng.random(n) < 0.05] = 0.0
+        rel = rng.random(n) < 0.3
+        parts.append(ScoreHistogram.from_pairs(scores, rel) if n else ScoreHistogram.empty())
+        for s, r in zip((scores + 0.0).tolist(), rel.tolist(), strict=True):
+            c = counts.setdefault(s, [0, 0])
+            c[0 if r else 1] += 1
+    got = merge_histograms(parts, 1 << 20)
+    assert [(float(s), int(p), int(q)) for s, p, q in zip(got.scores, got.pos, got.neg, strict=True)] == [
+        (s, p, q) for s, (p, q) in sorted(counts.items())
+    ]
+    assert not np.signbit(got.scores[got.scores == 0]).any()
+    assert got.pos.dtype == got.neg.dtype == np.int64 and got.new_ties == 0.0
+    pairwise = ScoreHistogram.empty()
+    for p in parts:
+        pairwise = pairwise.merge(p)
+    small = max(1, len(counts) // 3)
+    assert merge_histograms(parts, small) == pairwise.compressed(small)
 
 
 def test_window_set_closes_in_end_order_and_counts():
