@@ -49,7 +49,7 @@ from typing import Any
 
 from rankwatch.consumers.answer import Answer
 from rankwatch.consumers.decoding import Entries, FormatSpec, SchemaCache, translator_of
-from rankwatch.consumers.handoff import RequestRing, RingView, descriptor_of
+from rankwatch.consumers.handoff import RequestRing, RingView, descriptor_of, widen_pipe
 from rankwatch.pipeline.clock import Clock
 from rankwatch.pipeline.errors import RankwatchError
 from rankwatch.pipeline.events.deadletter import DeadLetterSink, ListDeadLetterSink
@@ -212,17 +212,6 @@ def _serve(conn: Any, answers: Any, config_bytes: bytes, ring_path: str | None =
             out.send(answer)
         except (EOFError, OSError):
             return
-
-
-def _widen(conn: Any, size: int = 1 << 20) -> None:
-    """Raise a pipe's capacity to ``size`` (Linux ``F_SETPIPE_SZ``; capped by fs.pipe-max-size, 1 MiB by
-    default); elsewhere, or when refused, the pipe keeps its default (writes then wait for the reader)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(conn.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
-    except (ImportError, OSError, ValueError):
-        pass
 
 
 # -- the consuming side --------------------------------------------------------------------------------
@@ -401,7 +390,7 @@ class CoreProcess:
         req_read, req_write = ctx.Pipe(duplex=False)
         ans_read, ans_write = ctx.Pipe(duplex=False)
         for end in (req_write, ans_write):
-            _widen(end)
+            widen_pipe(end)
         # Batches go through a shared ring, their descriptors through the pipe (consumers/handoff.py): a 2 MB
         # batch then never waits for the worker to read it. Sized for the batches in flight, twice over.
         self._ring = RequestRing.open()

@@ -3,7 +3,8 @@
 Layout: :class:`RequestRing` (the consuming side: places a pickled request in a file-backed shared mapping
 and hands the pipe a 17-byte descriptor instead; releases the space in request order, as the answers come)
 and :class:`RingView` (the worker: maps the same file, unlinks it, reads a request from its descriptor).
-:func:`descriptor_of` tells a descriptor from a pickled request (pickles never start with a NUL byte).
+:func:`descriptor_of` tells a descriptor from a pickled request (pickles never start with a NUL byte);
+:func:`widen_pipe` raises a pipe's capacity where Linux allows (the core's pipes, replay's log reader).
 
 Why: a poll's batch of one pair is about 2 MB, the requests' pipe holds 1 MiB (the Linux maximum without
 privileges), so each batch written to the pipe waited until the worker had finished the batch before it and
@@ -23,6 +24,7 @@ import struct
 import tempfile
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 _DESCRIPTOR = struct.Struct("<QQ")  # offset, length (after the NUL byte that marks a descriptor)
 RING_BYTES = 32 << 20
@@ -123,6 +125,17 @@ class RingView:
         """The request a descriptor points to (a view: unpickle it before answering the request)."""
         start, length = _DESCRIPTOR.unpack_from(descriptor, 1)
         return memoryview(self._map)[start:start + length]
+
+
+def widen_pipe(conn: Any, size: int = 1 << 20) -> None:
+    """Raise a pipe's capacity to ``size`` (Linux ``F_SETPIPE_SZ``; capped by fs.pipe-max-size, 1 MiB by
+    default); elsewhere, or when refused, the pipe keeps its default (writes then wait for the reader)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (ImportError, OSError, ValueError):
+        pass
 
 
 def descriptor_of(data: bytes) -> bool:

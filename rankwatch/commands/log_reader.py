@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rankwatch.consumers.handoff import widen_pipe
 from rankwatch.errors import RankwatchError
 from rankwatch.pipeline.events.logs import CHUNK_BYTES, BatchSources, EventLogMerge, TimesOf
 
@@ -49,6 +50,7 @@ class PrefetchedMerge:
         self._position = 0
         ctx = multiprocessing.get_context("fork")
         self._recv, send = ctx.Pipe(duplex=False)
+        widen_pipe(send)  # a 4 MiB batch in 1 MiB reads, not 64 KiB ones (a quarter of the reading's cost)
         # The child inherits the open files and the translator (fork): nothing of them is pickled.
         self._child = ctx.Process(target=_produce, args=(merge, send), name="rankwatch-log-reader", daemon=True)
         self._child.start()
