@@ -52,7 +52,8 @@ class PrefetchedMerge:
         self._recv, send = ctx.Pipe(duplex=False)
         widen_pipe(send)  # a 4 MiB batch in 1 MiB reads, not 64 KiB ones (a quarter of the reading's cost)
         # The child inherits the open files and the translator (fork): nothing of them is pickled.
-        self._child = ctx.Process(target=_produce, args=(merge, send), name="rankwatch-log-reader", daemon=True)
+        self._child = ctx.Process(target=_produce, args=(merge, send, self._recv), name="rankwatch-log-reader",
+                                  daemon=True)
         self._child.start()
         send.close()
         merge.close()  # the child holds its own descriptors now
@@ -81,14 +82,25 @@ class PrefetchedMerge:
                 raise RuntimeError(f"the log reader process failed:\n{message[1]}")
 
     def close(self) -> None:
+        """Stop reading: the child's next write fails (it holds no read end) and it exits; bounded, then
+        SIGTERM, then SIGKILL."""
         self._recv.close()
+        self._child.join(_JOIN_TIMEOUT_S)
         if self._child.is_alive():
             self._child.terminate()
-        self._child.join(_JOIN_TIMEOUT_S)
+            self._child.join(_JOIN_TIMEOUT_S)
+        if self._child.is_alive():
+            self._child.kill()
+            self._child.join(_JOIN_TIMEOUT_S)
 
 
-def _produce(merge: EventLogMerge, send: Any) -> None:
+def _produce(merge: EventLogMerge, send: Any, parents_end: Any) -> None:
     """The child: every batch of ``merge``, then ``("end", position)``; an error as one message."""
+    # The fork copied the parent's read end: closed here, the parent's close() alone leaves the pipe without a
+    # reader, so a write blocked on it fails at once. The parent's Python signal handlers were copied too (a
+    # test process that ran `rankwatch run` has a SIGTERM handler that only sets a flag): back to the defaults.
+    parents_end.close()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which stops this child
     try:
         for kinds, values, sources in merge.batches():
