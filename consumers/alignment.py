@@ -41,6 +41,17 @@ from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.processor import StreamProcessor
 
 
+def resume_offset(pair: Any, tp: Any) -> int | None:
+    """The offset of ``tp`` a pair's state resumes from: after the last record fed, else the first record
+    buffered (none fed yet); None when neither is known (nothing fetched: the position is where reading
+    starts). ``pair`` is a :class:`PartitionPair` (or anything with its ``next_offset`` and ``buffers``)."""
+    off = pair.next_offset.get(tp)
+    if off is None:
+        buf = pair.buffers[tp]
+        if buf:
+            return int(buf[0].offset)
+    return off
+
 @dataclass
 class PartitionPair:
     """State of pair ``partition``: processor, fed offsets, buffers and the current checkpoint."""
@@ -117,19 +128,13 @@ class PartitionPair:
         return feed_pair(self, caught_up, confirmed, limit)
 
     def release(self) -> dict[Any, int]:
-        """The pair is revoked: drop its buffered records and return, per topic-partition, the offset its state
-        resumes from (after the last record fed; else the first record buffered, none fed yet; absent when
-        neither is known: nothing was fetched, the position is still where reading starts).
+        """The pair is revoked: drop its buffered records and return, per topic-partition, its
+        :func:`resume_offset` (where known).
 
         The consumer must be sought back there: the records dropped here were fetched, and a partition the
         group gives back keeps its fetch position (consumers/rebalance.py, "Positions").
         """
-        resume: dict[Any, int] = {}
-        for tp, buf in self.buffers.items():
-            off = self.next_offset.get(tp)
-            if off is None and buf:
-                off = int(buf[0].offset)
-            if off is not None:
-                resume[tp] = off
+        resume = {tp: off for tp in self.buffers if (off := resume_offset(self, tp)) is not None}
+        for buf in self.buffers.values():
             buf.clear()
         return resume

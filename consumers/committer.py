@@ -19,7 +19,7 @@ from typing import Any
 
 from kafka.structs import OffsetAndMetadata
 
-from rankwatch.consumers.alignment import PartitionPair
+from rankwatch.consumers.alignment import PartitionPair, resume_offset
 from rankwatch.consumers.answer import Answer, ask_snapshot
 from rankwatch.consumers.checkpoints import CheckpointAborted, CheckpointRef
 from rankwatch.consumers.fetch_compat import known_position
@@ -46,12 +46,9 @@ class Committer:
         None when that is not known without asking the broker (nothing fetched yet): never block here, this
         runs under the pair lock and in the rebalance listener on the consumer's I/O thread.
         """
-        off = pair.next_offset.get(tp)
+        off = resume_offset(pair, tp)
         if off is not None:
             return off
-        buf = pair.buffers[tp]
-        if buf:
-            return int(buf[0].offset)
         consumer = self.svc._consumer
         assert consumer is not None
         try:

@@ -9,6 +9,7 @@ from typing import Any
 
 from kafka.errors import KafkaError
 
+from rankwatch.consumers.alignment import resume_offset
 from rankwatch.pipeline.stream.processor import StreamStats
 
 
@@ -90,14 +91,12 @@ def consumer_lag(pairs: Iterable[Any], highwater: Callable[[Any], int | None]) -
     not known yet (``highwater`` gives None) is left out."""
     lag: dict[tuple[str, int], int] = {}
     for pair in pairs:
-        for tp, buf in pair.buffers.items():
+        for tp in pair.buffers:
             hw = highwater(tp)
             if hw is None:
                 continue
-            fed = pair.next_offset.get(tp)
-            if fed is None:
-                fed = int(buf[0].offset) if buf else 0
-            lag[(tp.topic, tp.partition)] = max(0, hw - fed)
+            fed = resume_offset(pair, tp)
+            lag[(tp.topic, tp.partition)] = max(0, hw - (0 if fed is None else fed))
     return lag
 
 

@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Any
 
+from rankwatch.consumers.alignment import resume_offset
 from rankwatch.consumers.fetch_compat import cached_partitions, known_position, parked_partitions
 from rankwatch.consumers.outage import FatalKafkaError
 
@@ -50,9 +51,7 @@ class Watchdog:
                 stalled = any(pair.buffers.values()) and still
                 if stalled and not svc._outage.active and p not in self.stalled:
                     log.warning("pair %d fed nothing for 30 s: buffered %s, paused %s, parked %s", p,
-                                {tp.topic: len(b) for tp, b in pair.buffers.items()},
-                                sorted(tp.topic for tp in svc._paused if tp.partition == p),
-                                sorted(tp.topic for tp in parked_partitions(svc._consumer) if tp.partition == p))
+                                {tp.topic: len(b) for tp, b in pair.buffers.items()}, *self._held_back(p))
                     self.stalled.add(p)
                 elif not stalled:
                     self.stalled.discard(p)
@@ -76,7 +75,7 @@ class Watchdog:
             for p in idle:
                 pair = svc._pairs.get(p)
                 for tp in pair.buffers if pair is not None else ():
-                    at = pair.next_offset.get(tp)
+                    at = resume_offset(pair, tp)  # nothing buffered: after the last record fed
                     if at is None and consumer is not None:
                         at = known_position(consumer, tp)
                     if at is not None:
@@ -95,9 +94,13 @@ class Watchdog:
             elif p not in self.behind:
                 self.behind.add(p)
                 log.warning("pair %d fed nothing for 30 s and holds nothing while the broker has records for it: "
-                            "lag %s, paused %s, parked %s", p, lags[p],
-                            sorted(tp.topic for tp in svc._paused if tp.partition == p),
-                            sorted(tp.topic for tp in parked_partitions(consumer) if tp.partition == p))
+                            "lag %s, paused %s, parked %s", p, lags[p], *self._held_back(p))
+
+    def _held_back(self, p: int) -> tuple[list[str], list[str]]:
+        """The topics of pair ``p`` the service paused, and those kafka-python parked (what a stall line names)."""
+        svc = self.svc
+        return (sorted(tp.topic for tp in svc._paused if tp.partition == p),
+                sorted(tp.topic for tp in parked_partitions(svc._consumer) if tp.partition == p))
 
     def watch_empty(self, consumer: Any, coordinator: Any) -> None:
         """One WARNING line when nothing has been assigned for 30 s: a lone member should never sit there
