@@ -47,7 +47,7 @@ class RequestRing:
         os.close(fd)
         self.size = size
         self._head = 0  # where the next region starts
-        self._held: deque[tuple[int, int] | None] = deque()  # per unanswered request: its region, or None
+        self._held: deque[int | None] = deque()  # per unanswered request: where its region starts, or None
         self._live = 0  # regions among _held
         self.placed = 0  # requests that went through the ring (the rest through the pipe)
 
@@ -68,11 +68,10 @@ class RequestRing:
         if start is None:
             self._held.append(None)
             return data
-        end = start + len(data)
-        self._map[start:end] = data
-        self._held.append((start, end))
+        self._head = start + len(data)
+        self._map[start:self._head] = data
+        self._held.append(start)
         self._live += 1
-        self._head = end
         self.placed += 1
         return b"\x00" + _DESCRIPTOR.pack(start, len(data))
 
@@ -88,7 +87,7 @@ class RequestRing:
             return None
         if not self._live:
             return 0
-        tail = next(r for r in self._held if r is not None)[0]  # the oldest region not yet answered
+        tail = next(r for r in self._held if r is not None)  # the oldest region not yet answered
         head = self._head
         if head > tail:  # free: [head, size) and [0, tail)
             if n <= self.size - head:

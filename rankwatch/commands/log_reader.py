@@ -85,13 +85,13 @@ class PrefetchedMerge:
         """Stop reading: the child's next write fails (it holds no read end) and it exits; bounded, then
         SIGTERM, then SIGKILL."""
         self._recv.close()
-        self._child.join(_JOIN_TIMEOUT_S)
-        if self._child.is_alive():
-            self._child.terminate()
-            self._child.join(_JOIN_TIMEOUT_S)
-        if self._child.is_alive():
-            self._child.kill()
-            self._child.join(_JOIN_TIMEOUT_S)
+        child = self._child
+        for stop in (None, child.terminate, child.kill):
+            if stop is not None:
+                stop()
+            child.join(_JOIN_TIMEOUT_S)
+            if not child.is_alive():
+                return
 
 
 def _produce(merge: EventLogMerge, send: Any, parents_end: Any) -> None:
