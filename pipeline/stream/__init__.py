@@ -9,6 +9,7 @@
 - ``config``: the processor's settings, fingerprint and statistics.
 - ``experiments``: experiments whose cumulative state rides in the processor's snapshot.
 - ``processor``: :class:`StreamProcessor`, per-record processing, windows and snapshots.
+- ``prepare``: the batch path's stateless half: clean records decoded, checked and packed into rows.
 - ``batch``: the batch path, a poll's records in one call, equal to per-record processing.
 - ``mapped``: the batch path for a team's own schema: translate, then the same batch path.
 

@@ -43,6 +43,7 @@ from rankwatch.pipeline.stream.experiments import StreamExperiments
 from rankwatch.pipeline.stream.join import FinalizedBatch, PendingRequests, feedback_entry
 from rankwatch.pipeline.stream.mapped import process_mapped_batch
 from rankwatch.pipeline.stream.memory import EarlyFeedback, ExpiringIds
+from rankwatch.pipeline.stream.prepare import BatchSpec, PreparedRows
 from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.stream.staging import ListStaging
 from rankwatch.pipeline.stream.watermark import Watermark
@@ -72,6 +73,7 @@ class StreamProcessor:
         self._attr = cfg.attribution_window_ms
         self._step = cfg.finalize_step_ms
         self._grades = dict(cfg.action_grades)
+        self.batch_spec = BatchSpec.of(cfg)  # what the batch path's stateless rows depend on
         self._pending = PendingRequests(
             attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
             max_items_per_request=cfg.max_items_per_request,
@@ -151,20 +153,23 @@ class StreamProcessor:
     def process_batch(
         self, kinds: Sequence[bool], values: Sequence[bytes], *, partition: int | None = None,
         offsets: Sequence[int] | None = None, topics: tuple[str, str] = ("impressions", "clicks"),
-        source_of: Callable[[int], SourceRef] | None = None,
+        source_of: Callable[[int], SourceRef] | None = None, rows: PreparedRows | None = None,
     ) -> list[PublishedWindow]:
         """Process a poll's records at once (``kinds[i]``: impression?); equal to the per-record calls.
 
         With a :attr:`translator` the values are in the team's schema (:mod:`pipeline.stream.mapped`); the
         per-record methods always take section 1 events. See :mod:`pipeline.stream.batch`: the source of
         record ``i`` is ``(topics[kind], partition, offsets[i])``, or ``source_of(i)`` when given, built only
-        for a dead letter.
+        for a dead letter. ``rows``, when the caller made them already, are ``prepare_rows(self.batch_spec,
+        kinds, values)`` (:mod:`pipeline.stream.prepare`; section 1 events, so never with a translator).
         """
         if self.translator is not None:
+            if rows is not None:
+                raise ValueError("prepared rows are of section 1 events; this processor translates its input")
             return process_mapped_batch(self, self.translator, kinds, values, partition=partition, offsets=offsets,
                                         topics=topics, source_of=source_of)
         return process_batch(self, kinds, values, partition=partition, offsets=offsets, topics=topics,
-                             source_of=source_of)
+                             source_of=source_of, rows=rows)
 
     def _first_sighting(
         self, eid: str, ts_ms: int, source: SourceRef | None, counts: dict[str, int]

@@ -1,15 +1,22 @@
-"""Logged events read and merged in a child process, a batch ahead of the streaming core.
+"""Logged events read and merged in a child process, a few batches ahead of the streaming core.
 
 Layout: :func:`open_merge` (what ``rankwatch replay`` reads its logs through), :class:`PrefetchedMerge` (the
-batches of :class:`pipeline.events.logs.EventLogMerge`, produced by a forked child and sent over a pipe) and
-:func:`_produce` (the child's loop).
+batches of :class:`pipeline.events.logs.EventLogMerge`, produced by a forked child and sent over a pipe),
+:func:`batches_with_rows` (the batches with what the child prepared of them), :class:`Lines` (a batch's lines
+as one blob) and :func:`_produce` with its writer :class:`_Sender` (the child's side).
 
 Why: reading the files, decoding every line's event time and merging the files cost about an eighth of a
 replay, on the same core as the streaming core, which is the bottleneck. In a child they run on another core
-while the core works. The pipe holds less than one batch and the child blocks on it, so the child is at most
-one batch ahead: memory stays at a few chunks a file, however large the logs. The batches, their order and
-their sources are those of the in-process merge (the child runs the same :class:`EventLogMerge`); where
-``fork`` is unavailable, or with ``RANKWATCH_LOG_READER=inline``, the merge runs in-process.
+while the core works. The child may also *prepare* each batch (for ``rankwatch replay``: the batch path's
+stateless rows, :mod:`pipeline.stream.prepare`, about 40 % of the core's work) until the parent has finished
+the batch before and waits for this one; the parent makes the rows the child did not (a shared counter of the
+batches the parent asked for tells the child). So the work splits by itself: early in a replay, when the core
+has little to finalize, the parent takes more; later the child prepares whole batches ahead. A writer thread
+and a queue of two batches let the child work while the parent reads; the pipe holds less than one batch and
+the queue is bounded, so the child is at most three batches ahead: memory stays at a few chunks a file,
+however large the logs. The batches, their order and their sources are those of the in-process merge (the
+child runs the same :class:`EventLogMerge`); where ``fork`` is unavailable, or with
+``RANKWATCH_LOG_READER=inline``, the merge runs in-process and the core prepares every batch itself.
 """
 
 from __future__ import annotations
@@ -17,26 +24,50 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
+import threading
 import traceback
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from rankwatch.consumers.handoff import widen_pipe
 from rankwatch.errors import RankwatchError
 from rankwatch.pipeline.events.logs import CHUNK_BYTES, BatchSources, EventLogMerge, TimesOf
 
 _JOIN_TIMEOUT_S = 5.0
+_AHEAD = 2  # batches the child may have ready beyond the one the parent reads
+
+# What the child makes of a batch besides reading it: (kinds, values, parent_waits) -> one row for each of the
+# batch's first records, e.g. the batch path's stateless rows (pipeline.stream.prepare.prepare_rows), so that
+# work runs on the reader's core. It stops early once parent_waits() is true (the parent has finished the batch
+# before and waits for this one): the parent makes the rest itself, so neither process idles while the other
+# has work (module docstring).
+Prepare = Callable[[list[bool], list[bytes], Callable[[], bool]], list[Any]]
 
 
 def open_merge(files: list[tuple[Path, str]], *, ts_of: TimesOf | None = None,
-               opener: Callable[..., Any] | None = None,
-               chunk_bytes: int = CHUNK_BYTES) -> EventLogMerge | PrefetchedMerge:
-    """The files' batches in merge order: read by a child process where possible (module docstring)."""
+               opener: Callable[..., Any] | None = None, chunk_bytes: int = CHUNK_BYTES,
+               prepare: Prepare | None = None) -> EventLogMerge | PrefetchedMerge:
+    """The files' batches in merge order: read by a child process where possible (module docstring).
+    ``prepare``: what the child also makes of each batch (:func:`batches_with_rows`)."""
     if os.environ.get("RANKWATCH_LOG_READER", "child") == "inline" or "fork" not in multiprocessing.get_all_start_methods():
         return EventLogMerge(files, chunk_bytes=chunk_bytes, ts_of=ts_of, opener=opener)
-    return PrefetchedMerge(files, ts_of=ts_of, opener=opener, chunk_bytes=chunk_bytes)
+    return PrefetchedMerge(files, ts_of=ts_of, opener=opener, chunk_bytes=chunk_bytes, prepare=prepare)
+
+
+def batches_with_rows(merge: EventLogMerge | PrefetchedMerge) -> Iterator[tuple[list[bool], Sequence[bytes],
+                                                                              BatchSources, Any]]:
+    """``merge``'s batches, each with the rows its reader made of it (None where the merge runs in-process or
+    was given no ``prepare``: the caller makes them)."""
+    if isinstance(merge, PrefetchedMerge):
+        yield from merge.prepared_batches()
+    else:
+        for kinds, values, sources in merge.batches():
+            yield kinds, values, sources, None
 
 
 class PrefetchedMerge:
@@ -44,15 +75,18 @@ class PrefetchedMerge:
     running in a forked child. The files are opened here first, so a missing or unreadable file fails at once."""
 
     def __init__(self, files: list[tuple[Path, str]], *, ts_of: TimesOf | None = None,
-                 opener: Callable[..., Any] | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+                 opener: Callable[..., Any] | None = None, chunk_bytes: int = CHUNK_BYTES,
+                 prepare: Prepare | None = None) -> None:
         merge = EventLogMerge(files, chunk_bytes=chunk_bytes, ts_of=ts_of, opener=opener)  # opens (and sizes) every file here
         self.size = merge.size
         self._position = 0
         ctx = multiprocessing.get_context("fork")
         self._recv, send = ctx.Pipe(duplex=False)
+        self._asked = ctx.RawValue("q", 0)  # batches the parent has asked for (shared memory; one writer)
         widen_pipe(send)  # a 4 MiB batch in 1 MiB reads, not 64 KiB ones (a quarter of the reading's cost)
         # The child inherits the open files and the translator (fork): nothing of them is pickled.
-        self._child = ctx.Process(target=_produce, args=(merge, send, self._recv), name="rankwatch-log-reader",
+        self._child = ctx.Process(target=_produce, args=(merge, send, self._recv, prepare, self._asked),
+                                  name="rankwatch-log-reader",
                                   daemon=True)
         self._child.start()
         send.close()
@@ -61,8 +95,14 @@ class PrefetchedMerge:
     def position(self) -> int:
         return self._position
 
-    def batches(self) -> Iterator[tuple[list[bool], list[bytes], BatchSources]]:
+    def batches(self) -> Iterator[tuple[list[bool], Sequence[bytes], BatchSources]]:
+        for kinds, values, sources, _ in self.prepared_batches():
+            yield kinds, values, sources
+
+    def prepared_batches(self) -> Iterator[tuple[list[bool], Sequence[bytes], BatchSources, Any]]:
+        """Each batch with the rows ``prepare`` made of it in the child (None without ``prepare``)."""
         while True:
+            self._asked.value += 1
             try:
                 message = pickle.loads(self._recv.recv_bytes())
             except EOFError:
@@ -71,8 +111,10 @@ class PrefetchedMerge:
                                      f"(exit status {self._child.exitcode})") from None
             tag = message[0]
             if tag == "batch":
-                _, kinds, values, paths, indexes, numbers, self._position = message
-                yield kinds, values, BatchSources(paths, indexes, numbers)
+                _, kinds, values, paths, indexes, numbers, self._position, rows = message
+                if rows is not None:  # the lines came as one blob: sliced only where the core needs one
+                    values = Lines(*values)
+                yield kinds, values, BatchSources(paths, indexes, numbers), rows
             elif tag == "end":
                 self._position = message[1]
                 return
@@ -94,19 +136,52 @@ class PrefetchedMerge:
                 return
 
 
-def _produce(merge: EventLogMerge, send: Any, parents_end: Any) -> None:
-    """The child: every batch of ``merge``, then ``("end", position)``; an error as one message."""
+class Lines(Sequence[bytes]):
+    """A batch's lines as one blob and their lengths; ``lines[i]`` slices line ``i`` out when asked."""
+
+    def __init__(self, blob: bytes, lengths: bytes) -> None:
+        ends = array("q", accumulate(array("i", lengths)))
+        self._blob, self._ends = blob, ends
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        end = self._ends[i]  # IndexError past the end, as a list's
+        return self._blob[self._ends[i - 1] if i else 0:end]
+
+
+def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare | None, asked: Any) -> None:
+    """The child: every batch of ``merge`` (with ``prepare`` of it), then ``("end", position)``; an error as
+    one message."""
     # The fork copied the parent's read end: closed here, the parent's close() alone leaves the pipe without a
     # reader, so a write blocked on it fails at once. The parent's Python signal handlers were copied too (a
     # test process that ran `rankwatch run` has a SIGTERM handler that only sets a flag): back to the defaults.
     parents_end.close()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which stops this child
+    sender = _Sender(send)
+    produced = 0  # batches handed to the sender: the parent waits for the next one once it asked for more
     try:
         for kinds, values, sources in merge.batches():
             paths, indexes, numbers = sources.parts()
-            send.send_bytes(pickle.dumps(("batch", kinds, values, paths, indexes, numbers, merge.position()),
-                                         protocol=pickle.HIGHEST_PROTOCOL))
+            rows = None
+            if prepare is not None:
+                # With the rows made here, the core's process reads a line only where the per-record path takes
+                # it (a rejection, say): the lines go as one blob and their lengths, not one object a line.
+                rows = prepare(kinds, values, lambda: asked.value > produced)
+                values = (b"".join(values), array("i", map(len, values)).tobytes())  # type: ignore[assignment]
+            sender.put(pickle.dumps(("batch", kinds, values, paths, indexes, numbers, merge.position(), rows),
+                                    protocol=pickle.HIGHEST_PROTOCOL))
+            produced += 1
         message: tuple[Any, ...] = ("end", merge.size)
     except RankwatchError as e:
         message = ("error", str(e))
@@ -115,9 +190,49 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any) -> None:
     except BaseException:  # noqa: BLE001 - handed to the parent, which raises it
         message = ("crash", traceback.format_exc())
     try:
-        send.send_bytes(pickle.dumps(message))
+        sender.put(pickle.dumps(message))
+        sender.finish()
     except (BrokenPipeError, OSError):
         pass
     finally:
         merge.close()
         send.close()
+
+
+class _Sender:
+    """The child's messages, written to the pipe by a thread from a queue of :data:`_AHEAD` messages: the
+    child reads and prepares the next batches while the parent reads one (a blocked write releases the GIL)."""
+
+    def __init__(self, send: Any) -> None:
+        self._send = send
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=_AHEAD)
+        self._failed = False
+        self._thread = threading.Thread(target=self._run, name="rankwatch-log-reader-send", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (message := self._queue.get()) is not None:
+            try:
+                self._send.send_bytes(message)
+            except OSError:  # BrokenPipeError: the parent stopped reading
+                self._failed = True
+                return
+
+    def put(self, message: bytes | None) -> None:
+        """Queue ``message``; BrokenPipeError once the parent stopped reading."""
+        while True:
+            if self._failed:
+                raise BrokenPipeError("the parent stopped reading")
+            try:
+                self._queue.put(message, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def finish(self) -> None:
+        """Write what is queued, then stop the thread (bounded by the parent's reading or its close)."""
+        self.put(None)
+        while self._thread.is_alive():
+            self._thread.join(0.1)
+        if self._failed:
+            raise BrokenPipeError("the parent stopped reading")

@@ -3,7 +3,9 @@
 The files are read in chunks of lines and merged by event time chunk by chunk
 (:class:`pipeline.events.logs.EventLogMerge`: the order of a per-line merge by ``ts``, impressions before
 clicks at equal times), in a child process a batch ahead (:mod:`rankwatch.commands.log_reader`), and each
-merged batch goes through the streaming core's batch path in one call. A
+merged batch goes through the streaming core's batch path in one call. For section 1 events the child also
+makes the batch path's stateless rows (decoded, checked, packed: :mod:`pipeline.stream.prepare`), so the
+core's process only applies them. A
 line whose ``ts`` cannot be read reaches the processor where a per-line merge would have handed it over,
 and is rejected with its reason (counted and dead-lettered, never lost).
 Each file is assumed to be roughly in time order: disorder beyond ``--allowed-disorder`` makes events late,
@@ -13,6 +15,8 @@ everything is finalized and every window published.
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import sys
 from pathlib import Path
@@ -53,7 +57,7 @@ def command(
 ) -> None:
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.commands.event_files import events_translator
-    from rankwatch.commands.log_reader import open_merge
+    from rankwatch.commands.log_reader import batches_with_rows, open_merge
     from rankwatch.pipeline.clock import ManualClock
     from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
     from rankwatch.pipeline.stream.processor import StreamProcessor
@@ -79,11 +83,17 @@ def command(
                 out_file.write(json.dumps(w.document()) + "\n")
 
     ts_of = None if translator is None else translator.event_ts_many
-    merge = open_merge(files, ts_of=ts_of, opener=opener)
+    # Section 1 events: the reader's process also decodes, checks and packs them (the batch path's stateless
+    # half), on its own core. A team's schema is translated here, by the processor.
+    prepare = None if translator is not None else functools.partial(_rows_until, proc.batch_spec, {})
+    # What is loaded by now (modules, config) outlives the replay: out of the full collections the join's
+    # objects trigger (each walked every object, pandas' and numpy's modules included; unfrozen at the end).
+    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare)
+    gc.freeze()
     try:
         with _progress(merge.size, merge.position) as advance:
-            for kinds, values, sources in merge.batches():
-                emit(proc.process_batch(kinds, values, source_of=sources))
+            for kinds, values, sources, rows in batches_with_rows(merge):
+                emit(proc.process_batch(kinds, values, source_of=sources, rows=rows))
                 advance(len(values))
         emit(proc.flush())
     finally:
@@ -92,6 +102,7 @@ def command(
         if sink is not None:
             sink.close()
         merge.close()
+        gc.unfreeze()
     doc = _overall_document(published, config)
     summary = _summary(proc.stats())
     if fmt == "json":
@@ -100,6 +111,23 @@ def command(
     else:
         _print_table(doc)
         click.echo(summary)
+
+
+_PREPARE_STEP = 256  # records the log reader prepares between two looks at whether the core waits
+
+
+def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values: list[bytes],
+                core_waits: Any) -> Any:
+    """What the log reader's process makes of a batch: the stateless rows of its first records, until the
+    core has finished the batch before (it makes the rest itself)."""
+    from rankwatch.pipeline.stream.prepare import PreparedRows, prepare_rows
+
+    parts = [prepare_rows(spec, [], [])]
+    for start in range(0, len(values), _PREPARE_STEP):
+        if core_waits():
+            break
+        parts.append(prepare_rows(spec, kinds[start:start + _PREPARE_STEP], values[start:start + _PREPARE_STEP], user_keys))
+    return PreparedRows.concat(parts)
 
 
 def _config(windows: tuple[str, ...], attribution: str, disorder: str, by: tuple[str, ...], ks: tuple[str, ...]) -> Any:

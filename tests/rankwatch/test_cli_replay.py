@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from datetime import UTC, datetime
@@ -168,3 +169,44 @@ def test_replay_equals_offline_for_the_issue_13_metrics(logs, capsys):
     for g, w in pairs:
         for k in keys:
             assert g[k] == (pytest.approx(w[k], abs=1e-12) if isinstance(w[k], float | list) else w[k]), k
+
+
+def _replay_outputs(d: Path, out: Path, capsys) -> tuple[str, str, str, str]:
+    rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-1.jsonl.gz"),
+               "--clicks", str(d / "clicks-2.jsonl"), "--format", "json", "--window", "10m",
+               "--windows-out", str(out / "windows.jsonl"), "--dead-letter", str(out / "dead.jsonl")])
+    got = capsys.readouterr()
+    assert rc == 0, got.err
+    return got.out, got.err, (out / "windows.jsonl").read_text(), (out / "dead.jsonl").read_text()
+
+
+@pytest.mark.parametrize("prefix", ["as the reader decides", "random prefixes"])
+def test_rows_made_by_the_reader_give_the_in_process_replay(logs, tmp_path, capsys, monkeypatch, prefix):
+    """The log reader's process decodes and packs (a prefix of) each batch, the core the rest: the same result
+    document, windows, counts and dead letters as the replay in one process, on logs with duplicates, bad
+    lines, item-form and RFC 3339 impressions, orphans and late events."""
+    import random
+
+    import rankwatch.commands.log_reader as log_reader
+    import rankwatch.commands.replay as replay_module
+
+    d, _, _ = logs
+    monkeypatch.setattr(log_reader, "open_merge", functools.partial(log_reader.open_merge, chunk_bytes=1 << 14))
+    if prefix == "random prefixes":  # the reader stops at any point of a batch (as when the core waits)
+        rng = random.Random(5)
+        monkeypatch.setattr(replay_module, "_PREPARE_STEP", 7)
+        monkeypatch.setattr(replay_module, "_rows_until", functools.partial(_random_prefix, replay_module._rows_until,
+                                                                            rng))
+    (tmp_path / "child").mkdir()
+    (tmp_path / "inline").mkdir()
+    child = _replay_outputs(d, tmp_path / "child", capsys)
+    monkeypatch.setenv("RANKWATCH_LOG_READER", "inline")
+    inline = _replay_outputs(d, tmp_path / "inline", capsys)
+    assert child == inline
+    assert json.loads(child[0])["overall"]["requests"] > 100 and child[3].count("\n") > 20  # it had work
+
+
+def _random_prefix(rows_until, rng, spec, user_keys, kinds, values, core_waits):  # type: ignore[no-untyped-def]
+    stop_after = rng.randrange(len(values) // 7 + 2)  # looks at core_waits before each part of 7 records
+    looks = iter(range(10**9))
+    return rows_until(spec, user_keys, kinds, values, lambda: next(looks) >= stop_after)

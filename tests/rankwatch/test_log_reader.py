@@ -8,14 +8,17 @@ and empty lines, RFC 3339 times, gzip, and chunks of a few bytes.
 from __future__ import annotations
 
 import gzip
+import multiprocessing
 import random
 import signal
+import time
+from array import array
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rankwatch.commands.log_reader import PrefetchedMerge, open_merge
+from rankwatch.commands.log_reader import Lines, PrefetchedMerge, batches_with_rows, open_merge
 from rankwatch.errors import RankwatchError
 from rankwatch.pipeline.events.logs import EventLogMerge
 from tests.pipeline.events.test_logs import _random_line
@@ -103,3 +106,85 @@ def test_inline_mode_is_the_plain_merge(tmp_path: Path, monkeypatch: pytest.Monk
     merge = open_merge(files)
     assert isinstance(merge, PrefetchedMerge)
     assert _drain(merge) == _drain(EventLogMerge(files))
+
+
+def _lengths(kinds: list[bool], values: list[bytes], parent_waits: Any) -> list[int]:
+    return [len(v) for v in values]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_what_the_child_prepares_comes_with_its_batch(tmp_path: Path, seed: int) -> None:
+    """With ``prepare`` the child sends its result with each batch, and the lines as one blob the parent slices
+    (:class:`Lines`): the same batches, lines and sources as the in-process merge."""
+    files = _files(tmp_path, seed)
+    for chunk in (16, 300, 1 << 22):
+        expected = _drain(EventLogMerge(files, chunk_bytes=chunk))
+        merge = PrefetchedMerge(files, chunk_bytes=chunk, prepare=_lengths)
+        got, made = [], []
+        try:
+            for kinds, values, sources, rows in batches_with_rows(merge):
+                assert isinstance(values, Lines)
+                got.append((kinds, list(values), [sources(i) for i in range(len(values))]))
+                made.append(rows)
+        finally:
+            merge.close()
+        assert got == expected, chunk
+        assert made == [[len(v) for v in values] for _, values, _ in expected]
+
+
+def test_lines_index_and_slice_as_the_list_of_lines() -> None:
+    rng = random.Random(4)
+    for _ in range(50):
+        lines = [bytes(rng.randrange(97, 100) for _ in range(rng.randrange(4))) for _ in range(rng.randrange(12))]
+        view = Lines(b"".join(lines), array("i", map(len, lines)).tobytes())
+        assert len(view) == len(lines) and list(view) == lines
+        for i in range(-len(lines), len(lines)):
+            assert view[i] == lines[i]
+        a, b = rng.randrange(-3, 14), rng.randrange(-3, 14)
+        assert view[a:b] == lines[a:b] and view[a:] == lines[a:]
+        with pytest.raises(IndexError):
+            view[len(lines)]
+
+
+def test_the_child_prepares_while_the_parent_is_busy_and_stops_when_it_waits(tmp_path: Path) -> None:
+    """``parent_waits()`` is true while the parent waits for the batch being prepared (the first one: it asks at
+    once), false while it has not asked for it (the child is ahead, up to a deadline to get there)."""
+    path = tmp_path / "imp.jsonl"
+    path.write_bytes(b"\n".join(_random_line(random.Random(3), t) for t in range(3000)) + b"\n")
+    looks = multiprocessing.get_context("fork").RawArray("b", [-1] * 64)  # batch -> parent_waits() at its start
+
+    def prepare(kinds: list[bool], values: list[bytes], parent_waits: Any) -> None:
+        looks[prepare.batch] = int(parent_waits())  # type: ignore[attr-defined]
+        prepare.batch += 1  # type: ignore[attr-defined]
+
+    prepare.batch = 0  # type: ignore[attr-defined]
+    merge = PrefetchedMerge([(path, "impressions")], chunk_bytes=4096, prepare=prepare)
+    try:
+        batches = batches_with_rows(merge)
+        next(batches)
+        deadline = time.monotonic() + 60
+        while looks[2] == -1 and time.monotonic() < deadline:  # the child works ahead: batches 1 and 2
+            time.sleep(0.01)
+        assert looks[0] == 1 and looks[1] == 0 and looks[2] == 0
+        n = 1 + sum(1 for _ in batches)
+        assert n > 4 and all(looks[i] in (0, 1) for i in range(n)) and looks[n] == -1
+    finally:
+        merge.close()
+
+
+@pytest.mark.parametrize("handler", ["default", "flag only"])
+def test_closing_early_stops_a_child_that_prepares(tmp_path: Path, handler: str) -> None:
+    """As test_closing_early_stops_the_child, with the child's writer thread and its queue of batches."""
+    path = tmp_path / "imp.jsonl"
+    path.write_bytes(b"\n".join(_random_line(random.Random(2), t) for t in range(20000)) + b"\n")
+    previous = signal.getsignal(signal.SIGTERM)
+    if handler == "flag only":
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        merge = PrefetchedMerge([(path, "impressions")], chunk_bytes=4096, prepare=_lengths)
+        next(iter(batches_with_rows(merge)))
+        merge.close()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not merge._child.is_alive()
+    assert merge._child.exitcode == 0

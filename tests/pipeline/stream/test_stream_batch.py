@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +14,7 @@ from rankwatch.pipeline.clock import ManualClock
 from rankwatch.pipeline.events.deadletter import ListDeadLetterSink
 from rankwatch.pipeline.events.records import SourceRef
 from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream.prepare import BatchSpec, PreparedRows, prepare_rows
 from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor
 
 T0 = 1_796_032_800_000
@@ -84,7 +87,10 @@ def _per_record(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts
     return _outcome(proc, out, sink), midway
 
 
-def _batched(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts: list[int], restore_at: int) -> Any:
+def _batched(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts: list[int], restore_at: int,
+             prepared: int | None = None) -> Any:
+    """With ``prepared``, each call is handed the rows of its first ``prepared`` records (modulo its length),
+    made apart and pickled, as the replay's log reader makes them in its process."""
     sink = ListDeadLetterSink()
     proc = StreamProcessor(CFG, clock=ManualClock(), dead_letters=sink, partitions=parts)
     out: list[Any] = []
@@ -97,8 +103,13 @@ def _batched(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts: l
         i = a
         while i < b:  # one call per run of one partition, as the consumer hands a pair's records
             j = next((m for m in range(i, b) if seq[m][2] != seq[i][2]), b)
-            out += proc.process_batch([k for k, _, _ in seq[i:j]], [r for _, r, _ in seq[i:j]], partition=seq[i][2],
-                                      offsets=range(i, j), topics=("imp", "clk"))
+            kinds, values = [k for k, _, _ in seq[i:j]], [r for _, r, _ in seq[i:j]]
+            rows = None
+            if prepared is not None:
+                m = prepared % (j - i + 1)
+                rows = pickle.loads(pickle.dumps(prepare_rows(BatchSpec.of(CFG), kinds[:m], values[:m], {})))
+            out += proc.process_batch(kinds, values, partition=seq[i][2], offsets=range(i, j), topics=("imp", "clk"),
+                                      rows=rows)
             i = j
     out += proc.flush()
     return _outcome(proc, out, sink), midway
@@ -106,10 +117,11 @@ def _batched(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts: l
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(_event, st.integers(0, 1)), max_size=40), st.lists(st.integers(0, 60), max_size=6),
-       st.integers(0, 60), st.sampled_from([(), (0, 1), (0,)]))
-def test_batches_equal_per_record(events: list[Any], cuts: list[int], restore_at: int, parts: tuple[int, ...]) -> None:
+       st.integers(0, 60), st.sampled_from([(), (0, 1), (0,)]), st.one_of(st.none(), st.integers(0, 60)))
+def test_batches_equal_per_record(events: list[Any], cuts: list[int], restore_at: int, parts: tuple[int, ...],
+                                  prepared: int | None) -> None:
     seq = [(kind, _raw(doc), p) for (kind, doc), p in events]
-    assert _batched(seq, parts, cuts, restore_at) == _per_record(seq, parts, cuts)
+    assert _batched(seq, parts, cuts, restore_at, prepared) == _per_record(seq, parts, cuts)
 
 
 def test_without_offsets_no_source_is_attached() -> None:
@@ -146,24 +158,31 @@ def _dense(rng: Any, n: int) -> list[tuple[bool, bytes, int]]:
     return seq
 
 
-def test_dense_random_sequences_equal_per_record() -> None:
+@pytest.mark.parametrize("part", [3, 512])
+def test_dense_random_sequences_equal_per_record(part: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with the batch prepared and applied a few records at a time (``_PART``), and with the rows of a
+    prefix made apart."""
     import random
 
+    import rankwatch.pipeline.stream.batch as batch_module
+
+    monkeypatch.setattr(batch_module, "_PART", part)
     for seed in range(150):
         rng = random.Random(seed)
         seq = _dense(rng, 60)
         parts = [(), (0, 1)][seed % 2]
         cuts = [rng.randrange(len(seq)) for _ in range(rng.randrange(5))]
-        assert _batched(seq, parts, cuts, rng.randrange(len(seq))) == _per_record(seq, parts, cuts), seed
+        prepared = None if seed % 3 == 0 else rng.randrange(len(seq))
+        assert _batched(seq, parts, cuts, rng.randrange(len(seq)), prepared) == _per_record(seq, parts, cuts), seed
 
 
 def test_users_of_the_batch_path_equal_per_record_with_the_key_cache_emptied(monkeypatch: Any) -> None:
     """The batch path remembers user keys per user_id (bounded: emptied at USER_KEY_CACHE entries); every
     pending request still gets user_key_of its user, as per-record (str, int, empty and absent user ids)."""
-    import rankwatch.pipeline.stream.batch as batch_module
+    import rankwatch.pipeline.stream.prepare as prepare_module
     from rankwatch.pipeline.stream.join import user_key_of
 
-    monkeypatch.setattr(batch_module, "USER_KEY_CACHE", 3)
+    monkeypatch.setattr(prepare_module, "USER_KEY_CACHE", 3)
     users: list[Any] = ["u1", "u2", "u1", 7, "7", "", None, 0, "u3", "u4", "u1", "u2", "u5", "u1"]
     cfg = StreamConfig(windows=("1m",), attribution_window_ms=60_000, max_pending_requests=100)
     seq = []
@@ -183,3 +202,19 @@ def test_users_of_the_batch_path_equal_per_record_with_the_key_cache_emptied(mon
     assert keys["r0"] == user_key_of("r0", "u1") == keys["r13"] and keys["r3"] == keys["r4"] == user_key_of("r3", "7")
     assert keys["r5"] == user_key_of("r5", None) != keys["r6"]  # no user: a group of its own request
     assert len(batched._pending.user_keys) <= 3
+
+
+def test_rows_of_parts_concatenate_to_the_rows_of_the_whole() -> None:
+    """``PreparedRows.concat`` of the rows of consecutive parts is the rows of the whole, also at empty parts."""
+    import random
+
+    spec = BatchSpec.of(CFG)
+    for seed in range(40):
+        rng = random.Random(seed)
+        seq = _dense(rng, rng.randrange(0, 50))
+        kinds, values = [k for k, _, _ in seq], [r for _, r, _ in seq]
+        cuts = _bounds(len(seq), [rng.randrange(len(seq) + 1) for _ in range(rng.randrange(4))])
+        parts = [prepare_rows(spec, kinds[a:b], values[a:b], {}) for a, b in zip(cuts, cuts[1:], strict=False)]
+        whole = prepare_rows(spec, kinds, values, {})
+        assert PreparedRows.concat(parts or [whole]) == whole, seed
+        assert whole.n_records == len(seq) and len(whole.impressions[0]) == sum(kinds)
