@@ -21,6 +21,7 @@ child runs the same :class:`EventLogMerge`); where ``fork`` is unavailable, or w
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import pickle
@@ -177,7 +178,7 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare
             if prepare is not None:
                 # With the rows made here, the core's process reads a line only where the per-record path takes
                 # it (a rejection, say): the lines go as one blob and their lengths, not one object a line.
-                rows = prepare(kinds, values, lambda: asked.value > produced)
+                rows = prepare(kinds, values, functools.partial(_asked_beyond, asked, produced))
                 values = (b"".join(values), array("i", map(len, values)).tobytes())  # type: ignore[assignment]
             sender.put(pickle.dumps(("batch", kinds, values, paths, indexes, numbers, merge.position(), rows),
                                     protocol=pickle.HIGHEST_PROTOCOL))
@@ -197,6 +198,11 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare
     finally:
         merge.close()
         send.close()
+
+
+def _asked_beyond(asked: Any, produced: int) -> bool:
+    """Whether the parent has asked for more than the ``produced`` batches: it waits for the next one."""
+    return bool(asked.value > produced)
 
 
 class _Sender:
