@@ -74,18 +74,24 @@ def test_a_corrupt_gzip_is_the_in_process_error_and_the_child_is_gone(tmp_path: 
     assert not merge._child.is_alive()
 
 
+def _lengths(kinds: list[bool], values: list[bytes], parent_waits: Any) -> list[int]:
+    return [len(v) for v in values]
+
+
+@pytest.mark.parametrize("prepare", [None, _lengths])
 @pytest.mark.parametrize("handler", ["default", "flag only"])
-def test_closing_early_stops_the_child(tmp_path: Path, handler: str) -> None:
+def test_closing_early_stops_the_child(tmp_path: Path, handler: str, prepare: Any) -> None:
     """Also when this process has a SIGTERM handler that only sets a flag (as `rankwatch run` installs; the
-    fork copies it): the child leaves through the broken pipe, without needing the signal."""
+    fork copies it): the child leaves through the broken pipe, without needing the signal; also with its
+    writer thread and queue of prepared batches."""
     path = tmp_path / "imp.jsonl"
     path.write_bytes(b"\n".join(_random_line(random.Random(2), t) for t in range(20000)) + b"\n")
     previous = signal.getsignal(signal.SIGTERM)
     if handler == "flag only":
         signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        merge = PrefetchedMerge([(path, "impressions")], chunk_bytes=4096)
-        next(iter(merge.batches()))  # the child is blocked on the pipe, a batch ahead
+        merge = PrefetchedMerge([(path, "impressions")], chunk_bytes=4096, prepare=prepare)
+        next(batches_with_rows(merge))  # the child is blocked on the pipe, batches ahead
         merge.close()
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -106,10 +112,6 @@ def test_inline_mode_is_the_plain_merge(tmp_path: Path, monkeypatch: pytest.Monk
     merge = open_merge(files)
     assert isinstance(merge, PrefetchedMerge)
     assert _drain(merge) == _drain(EventLogMerge(files))
-
-
-def _lengths(kinds: list[bool], values: list[bytes], parent_waits: Any) -> list[int]:
-    return [len(v) for v in values]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -171,20 +173,3 @@ def test_the_child_prepares_while_the_parent_is_busy_and_stops_when_it_waits(tmp
     finally:
         merge.close()
 
-
-@pytest.mark.parametrize("handler", ["default", "flag only"])
-def test_closing_early_stops_a_child_that_prepares(tmp_path: Path, handler: str) -> None:
-    """As test_closing_early_stops_the_child, with the child's writer thread and its queue of batches."""
-    path = tmp_path / "imp.jsonl"
-    path.write_bytes(b"\n".join(_random_line(random.Random(2), t) for t in range(20000)) + b"\n")
-    previous = signal.getsignal(signal.SIGTERM)
-    if handler == "flag only":
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    try:
-        merge = PrefetchedMerge([(path, "impressions")], chunk_bytes=4096, prepare=_lengths)
-        next(iter(batches_with_rows(merge)))
-        merge.close()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    assert not merge._child.is_alive()
-    assert merge._child.exitcode == 0
