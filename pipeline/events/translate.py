@@ -170,18 +170,23 @@ class Translator:
 
     def event_ts_ms(self, stream: str, raw: bytes) -> int | None:
         """The event time (epoch ms) a message maps to, None when it cannot be read (for ordering only)."""
-        from rankwatch.pipeline.events.validation import sniff_ts_ms
-
-        out = self.translate(stream, raw)
-        if type(out) is Rejection or not out:
-            return None
-        return sniff_ts_ms(out[0])  # type: ignore[index]
+        return translation_ts_ms(self.translate(stream, raw))
 
     def event_ts_many(self, stream: str, raws: list[bytes]) -> np.ndarray:
         """:meth:`event_ts_ms` of each message, as epoch ms with ``NO_TS`` where it cannot be read
         (the ``ts_of`` of :class:`pipeline.events.logs.EventLogMerge`)."""
         return np.array([NO_TS if (t := self.event_ts_ms(stream, raw)) is None else t for raw in raws],
                         dtype=np.int64)
+
+
+def translation_ts_ms(out: list[bytes] | Rejection) -> int | None:
+    """The event time (epoch ms) of what a message was translated to: its first event's, None for a rejection
+    or no event (:meth:`Translator.event_ts_ms`)."""
+    from rankwatch.pipeline.events.validation import sniff_ts_ms
+
+    if type(out) is Rejection or not out:
+        return None
+    return sniff_ts_ms(out[0])  # type: ignore[index]
 
 
 def _decode_then(decode: Decoder | None, tree_fn: Callable[[Any, bytes], Any]) -> Callable[[bytes], Any]:

@@ -17,13 +17,14 @@ section 1 events one by one (tests/pipeline/stream/test_mapped.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from rankwatch.pipeline.events.deadletter import DeadLetter, DeadLetterSink
 from rankwatch.pipeline.events.records import SourceRef
 from rankwatch.pipeline.events.validation import Rejection
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.batch import process_batch
+from rankwatch.pipeline.stream.prepare import PreparedRows
 
 StreamProcessor = Any  # pipeline.stream.processor.StreamProcessor (imports this module)
 
@@ -49,15 +50,32 @@ class OriginalBytes:
         self.sink.send(letter)
 
 
+class Translated(NamedTuple):
+    """What a batch's messages were translated to, elsewhere (``rankwatch replay``'s log reader translates
+    every line to order it): ``single``, the one section 1 event of each message when every message maps to
+    exactly one (the usual batch), else None and ``each``, ``translator.translate_kinds`` of the batch."""
+
+    single: list[bytes] | None
+    each: list[list[bytes] | Rejection] | None
+
+    @classmethod
+    def of(cls, translated: list[list[bytes] | Rejection]) -> Translated:
+        single = [o[0] for o in translated if type(o) is list and len(o) == 1]
+        return cls(single, None) if len(single) == len(translated) else cls(None, translated)
+
+
 def process_mapped_batch(
     proc: StreamProcessor, translator: Any, kinds: Sequence[bool], values: Sequence[bytes], *,
     partition: int | None = None, offsets: Sequence[int] | None = None,
     topics: tuple[str, str] = ("impressions", "clicks"), source_of: Callable[[int], SourceRef] | None = None,
+    translated: Translated | None = None, rows: PreparedRows | None = None,
 ) -> list[PublishedWindow]:
     """:meth:`StreamProcessor.process_batch` for messages in the team's schema (see module docstring).
 
     Every section 1 event a message maps to carries the message's offset; a message that cannot be read is
-    counted and dead-lettered with its own bytes and source, at its place in the order.
+    counted and dead-lettered with its own bytes and source, at its place in the order. ``translated``: the
+    batch's translation when the caller has it; ``rows``: the batch path's rows of the first events of
+    ``translated.single`` (ignored otherwise).
     """
     out: list[PublishedWindow] = []
     run_kinds: list[bool] = []
@@ -67,15 +85,17 @@ def process_mapped_batch(
     sink = proc.dead_letters
     wrapper = OriginalBytes(sink) if sink is not None else None
     originals = wrapper.originals if wrapper is not None else None
-    translated = translator.translate_kinds(kinds, values)
+    if translated is None:
+        translated = Translated.of(translator.translate_kinds(kinds, values))
+    single, each = translated
 
-    def flush() -> None:
+    def flush(run_rows: PreparedRows | None = None) -> None:
         nonlocal out
         if run_values:
             outer, first = source_of, run_index[:]
             out += process_batch(proc, run_kinds, run_values, partition=partition,
                                  offsets=run_offsets if offsets is not None else None, topics=topics,
-                                 source_of=None if outer is None else (lambda j: outer(first[j])))
+                                 source_of=None if outer is None else (lambda j: outer(first[j])), rows=run_rows)
             run_index.clear()
             run_kinds.clear()
             run_values.clear()
@@ -84,17 +104,18 @@ def process_mapped_batch(
     if wrapper is not None:
         proc.dead_letters = wrapper
     try:
-        single = [o[0] for o in translated if type(o) is list and len(o) == 1]
-        if len(single) == len(values):  # the usual poll: one section 1 event per message, none rejected
+        if single is not None:  # the usual poll: one section 1 event per message, none rejected
             run_kinds[:], run_values[:], run_index[:] = kinds, single, range(len(values))
             if offsets is not None:
                 run_offsets[:] = offsets
             if originals is not None:
                 originals.update((id(v), raw) for v, raw in zip(single, values, strict=True) if v is not raw)
+            flush(rows)
         else:
+            assert each is not None
             for i, raw in enumerate(values):
                 kind = kinds[i]
-                native = translated[i]
+                native: Any = each[i]
                 if type(native) is Rejection:
                     flush()
                     src = (source_of(i) if source_of is not None

@@ -41,7 +41,7 @@ from rankwatch.pipeline.stream.batch import process_batch
 from rankwatch.pipeline.stream.config import OUTCOMES, STREAMS, StreamConfig, StreamStats
 from rankwatch.pipeline.stream.experiments import StreamExperiments
 from rankwatch.pipeline.stream.join import FinalizedBatch, PendingRequests, feedback_entry
-from rankwatch.pipeline.stream.mapped import process_mapped_batch
+from rankwatch.pipeline.stream.mapped import Translated, process_mapped_batch
 from rankwatch.pipeline.stream.memory import EarlyFeedback, ExpiringIds
 from rankwatch.pipeline.stream.prepare import BatchSpec, PreparedRows
 from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
@@ -154,20 +154,22 @@ class StreamProcessor:
         self, kinds: Sequence[bool], values: Sequence[bytes], *, partition: int | None = None,
         offsets: Sequence[int] | None = None, topics: tuple[str, str] = ("impressions", "clicks"),
         source_of: Callable[[int], SourceRef] | None = None, rows: PreparedRows | None = None,
+        translated: Translated | None = None,
     ) -> list[PublishedWindow]:
         """Process a poll's records at once (``kinds[i]``: impression?); equal to the per-record calls.
 
         With a :attr:`translator` the values are in the team's schema (:mod:`pipeline.stream.mapped`); the
         per-record methods always take section 1 events. See :mod:`pipeline.stream.batch`: the source of
         record ``i`` is ``(topics[kind], partition, offsets[i])``, or ``source_of(i)`` when given, built only
-        for a dead letter. ``rows``, when the caller made them already, are ``prepare_rows(self.batch_spec,
-        kinds, values)`` (:mod:`pipeline.stream.prepare`; section 1 events, so never with a translator).
+        for a dead letter. Made elsewhere already (``rankwatch replay``'s log reader makes them): ``rows``,
+        the stateless rows of the first section 1 events (:mod:`pipeline.stream.prepare`), and with a
+        translator ``translated``, what the values map to.
         """
         if self.translator is not None:
-            if rows is not None:
-                raise ValueError("prepared rows are of section 1 events; this processor translates its input")
             return process_mapped_batch(self, self.translator, kinds, values, partition=partition, offsets=offsets,
-                                        topics=topics, source_of=source_of)
+                                        topics=topics, source_of=source_of, translated=translated, rows=rows)
+        if translated is not None:
+            raise ValueError("translated events, but this processor reads section 1 events")
         return process_batch(self, kinds, values, partition=partition, offsets=offsets, topics=topics,
                              source_of=source_of, rows=rows)
 

@@ -47,7 +47,7 @@ _AHEAD = 2  # batches the child may have ready beyond the one the parent reads
 # work runs on the reader's core. It stops early once parent_waits() is true (the parent has finished the batch
 # before and waits for this one): the parent makes the rest itself, so neither process idles while the other
 # has work (module docstring).
-Prepare = Callable[[list[bool], list[bytes], Callable[[], bool]], list[Any]]
+Prepare = Callable[[list[bool], list[bytes], Callable[[], bool]], Any]
 
 
 def open_merge(files: list[tuple[Path, str]], *, ts_of: TimesOf | None = None,

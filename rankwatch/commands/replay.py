@@ -3,9 +3,10 @@
 The files are read in chunks of lines and merged by event time chunk by chunk
 (:class:`pipeline.events.logs.EventLogMerge`: the order of a per-line merge by ``ts``, impressions before
 clicks at equal times), in a child process a batch ahead (:mod:`rankwatch.commands.log_reader`), and each
-merged batch goes through the streaming core's batch path in one call. For section 1 events the child also
-makes the batch path's stateless rows (decoded, checked, packed: :mod:`pipeline.stream.prepare`), so the
-core's process only applies them. A
+merged batch goes through the streaming core's batch path in one call. The child also makes the batch path's
+stateless rows (decoded, checked, packed: :mod:`pipeline.stream.prepare`) while the core is busy, so the
+core's process mostly applies them; with ``--config`` it hands on each line's translation, made once when
+the merge read the line's event time (:class:`KeptTranslations`). A
 line whose ``ts`` cannot be read reaches the processor where a per-line merge would have handed it over,
 and is rejected with its reason (counted and dead-lettered, never lost).
 Each file is assumed to be roughly in time order: disorder beyond ``--allowed-disorder`` makes events late,
@@ -19,12 +20,16 @@ import functools
 import gc
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from rankwatch.errors import ConfigError, RankwatchError
+
+if TYPE_CHECKING:
+    from rankwatch.pipeline.stream.mapped import Translated
 
 STREAM_ORDER = {"impressions": 0, "clicks": 1}
 
@@ -82,18 +87,21 @@ def command(
             if out_file is not None:
                 out_file.write(json.dumps(w.document()) + "\n")
 
-    ts_of = None if translator is None else translator.event_ts_many
-    # Section 1 events: the reader's process also decodes, checks and packs them (the batch path's stateless
-    # half), on its own core. A team's schema is translated here, by the processor.
-    prepare = None if translator is not None else functools.partial(_rows_until, proc.batch_spec, {})
+    # The reader's process (log_reader.py) also decodes, checks and packs the events (the batch path's
+    # stateless half) while the core is busy. A team's schema is translated where the lines are read (their
+    # event times order the merge): the translations are kept and handed on, not made twice.
+    kept = None if translator is None else KeptTranslations(translator)
+    ts_of = None if kept is None else kept.ts_of
+    prepare = functools.partial(_made_by_reader, kept, proc.batch_spec, {})
+    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare)
     # What is loaded by now (modules, config) outlives the replay: out of the full collections the join's
     # objects trigger (each walked every object, pandas' and numpy's modules included; unfrozen at the end).
-    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare)
     gc.freeze()
     try:
         with _progress(merge.size, merge.position) as advance:
-            for kinds, values, sources, rows in batches_with_rows(merge):
-                emit(proc.process_batch(kinds, values, source_of=sources, rows=rows))
+            for kinds, values, sources, made in batches_with_rows(merge):
+                translated, rows = made if made is not None else (None if kept is None else kept.take(kinds, values), None)
+                emit(proc.process_batch(kinds, values, source_of=sources, rows=rows, translated=translated))
                 advance(len(values))
         emit(proc.flush())
     finally:
@@ -114,6 +122,59 @@ def command(
 
 
 _PREPARE_STEP = 256  # records the log reader prepares between two looks at whether the core waits
+
+
+def _made_by_reader(kept: KeptTranslations | None, spec: Any, user_keys: dict[str, int], kinds: list[bool],
+                    values: list[bytes], core_waits: Any) -> tuple[Translated | None, Any]:
+    """What the log reader's process hands on with a batch: its translations (a team's schema) and the batch
+    path's rows of its first events (:func:`_rows_until`)."""
+    if kept is None:
+        return None, _rows_until(spec, user_keys, kinds, values, core_waits)
+    translated = kept.take(kinds, values)
+    if translated.single is None:  # a rejection or a message of several events: the core takes it from here
+        return translated, None
+    return translated, _rows_until(spec, user_keys, kinds, translated.single, core_waits)
+
+
+class KeptTranslations:
+    """A team's messages translated once, when the merge reads their event times, and kept until their batch.
+
+    ``ts_of`` is the merge's ``ts_of`` (:meth:`pipeline.events.translate.Translator.event_ts_many`'s event
+    times); ``take`` hands on the kept translations of a batch's lines. An entry holds its line, so its
+    identity (the key) is not reused while it waits; the merge emits every line it read once, so nothing
+    stays behind; a line not kept (one object read twice: CPython shares one-byte strings) is translated
+    again, to the same result.
+    """
+
+    def __init__(self, translator: Any) -> None:
+        self.translator = translator
+        self._kept: dict[tuple[int, bool], tuple[bytes, Any]] = {}
+
+    def ts_of(self, stream: str, lines: list[bytes]) -> Any:
+        import numpy as np
+
+        from rankwatch.pipeline.events.logs import NO_TS
+        from rankwatch.pipeline.events.translate import translation_ts_ms
+
+        translate, kept, kind = self.translator.translate, self._kept, stream == "impressions"
+        out = np.empty(len(lines), dtype=np.int64)
+        for i, raw in enumerate(lines):
+            t = translate(stream, raw)
+            kept[id(raw), kind] = (raw, t)
+            ms = translation_ts_ms(t)
+            out[i] = NO_TS if ms is None else ms
+        return out
+
+    def take(self, kinds: list[bool], values: Sequence[bytes]) -> Translated:
+        from rankwatch.pipeline.stream.mapped import Translated
+
+        kept, translate = self._kept, self.translator.translate
+        each = []
+        for kind, raw in zip(kinds, values, strict=True):
+            entry = kept.pop((id(raw), kind), None)
+            each.append(entry[1] if entry is not None and entry[0] is raw
+                        else translate("impressions" if kind else "clicks", raw))
+        return Translated.of(each)
 
 
 def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values: list[bytes],

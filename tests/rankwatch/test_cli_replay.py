@@ -210,3 +210,36 @@ def _random_prefix(rows_until, rng, spec, user_keys, kinds, values, core_waits):
     stop_after = rng.randrange(len(values) // 7 + 2)  # looks at core_waits before each part of 7 records
     looks = iter(range(10**9))
     return rows_until(spec, user_keys, kinds, values, lambda: next(looks) >= stop_after)
+
+
+def test_kept_translations_are_handed_on_once_each() -> None:
+    """Each line's translation is made once (when its time is read) and handed on with its batch; a line object
+    read twice (CPython shares one-byte strings: the same object in two streams) is translated again; nothing
+    stays kept."""
+    from rankwatch.commands.replay import KeptTranslations
+    from rankwatch.pipeline.events.logs import NO_TS
+
+    class Doubling:
+        calls = 0
+
+        def translate(self, stream: str, raw: bytes) -> list[bytes]:
+            self.calls += 1
+            if raw.startswith(b"{"):
+                return [raw, raw]  # two events: the first one's time orders the line
+            return [b'{"ts": %d, "s": "%s"}' % (int(raw), stream.encode())]
+
+    translator = Doubling()
+    kept = KeptTranslations(translator)
+    one = b"7"  # a one-byte bytes object: shared by every line that is "7"
+    imp_lines, clk_lines = [one, b"12", b'{"ts": 3}'], [one, b"40"]
+    assert kept.ts_of("impressions", imp_lines).tolist() == [7, 12, 3]
+    assert kept.ts_of("clicks", clk_lines).tolist() == [7, 40]
+    assert translator.calls == 5
+    taken = kept.take([True, False, True, False, True], [imp_lines[0], clk_lines[0], imp_lines[1], clk_lines[1],
+                                                        imp_lines[2]])
+    assert taken.single is None and taken.each == [
+        [b'{"ts": 7, "s": "impressions"}'], [b'{"ts": 7, "s": "clicks"}'], [b'{"ts": 12, "s": "impressions"}'],
+        [b'{"ts": 40, "s": "clicks"}'], [b'{"ts": 3}', b'{"ts": 3}']]
+    assert translator.calls == 5 and not kept._kept  # each kept once, by (line, stream)
+    assert kept.take([True], [b"9"]).single == [b'{"ts": 9, "s": "impressions"}'] and translator.calls == 6
+    assert kept.ts_of("clicks", [b"not a number"[:0] + b"{}"]).tolist() == [NO_TS]

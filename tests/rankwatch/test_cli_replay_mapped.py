@@ -192,7 +192,8 @@ def _replay(tmp: Path, name: str, imps: list[bytes], clks: list[bytes], config: 
     dead = [json.loads(line) for line in (tmp / f"{name}-dead.jsonl").read_text().splitlines()]
     return {"result": json.loads(result.stdout), "summary": result.stderr.strip(),
             "windows": (tmp / f"{name}-windows.jsonl").read_text().splitlines(),
-            "dead": sorted((d["stream"], d["reason"], d["raw"]) for d in dead)}
+            "dead": sorted((d["stream"], d["reason"], d["raw"]) for d in dead),
+            "dead_file": (tmp / f"{name}-dead.jsonl").read_text()}
 
 
 def _split(events: list[tuple[str, bytes, int]]) -> tuple[list[bytes], list[bytes]]:
@@ -230,3 +231,32 @@ def test_item_events_without_ids_equal_native_item_form(tmp_path: Path, seed: in
     assert foreign["summary"] == native["summary"]
     assert [d[:2] for d in foreign["dead"]] == [d[:2] for d in native["dead"]]
     assert "duplicate 0" not in native["summary"]
+
+
+@pytest.mark.parametrize("shape", ["a", "b"])
+def test_translations_kept_by_the_reader_give_the_in_process_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     shape: str) -> None:
+    """The log reader translates each line once (its event time orders the merge) and hands the translation on
+    with the batch, with the rows of the translated events: byte for byte the replay in one process (windows,
+    result, counts, dead letters in order), over many small batches of messy traffic (rejections, duplicates,
+    late events; shape B has no event ids)."""
+    import functools
+
+    import rankwatch.commands.log_reader as log_reader
+
+    monkeypatch.setattr(log_reader, "open_merge", functools.partial(log_reader.open_merge, chunk_bytes=1 << 12))
+    if shape == "a":
+        events = [(s, r, p) for s, r, p in messy_traffic(3) if _expressible_a(s, r)]
+        imps, clks = _split(events)
+        imps, clks, config = [shape_a("impressions", r) for r in imps], [shape_a("clicks", r) for r in clks], CONFIG_A
+    else:
+        events = [(s, r, p) for s, r, p in messy_traffic(3) if _expressible_b(s, r)]
+        imps, clks = _split(events)
+        imps = [shape_b("impressions", e) for r in imps for e in item_form("impressions", r)]
+        clks, config = [shape_b("clicks", r) for r in clks], CONFIG_B
+    child = _replay(tmp_path, "child", imps, clks, config)
+    monkeypatch.setenv("RANKWATCH_LOG_READER", "inline")
+    inline = _replay(tmp_path, "inline", imps, clks, config)
+    child["dead_file"] = child["dead_file"].replace(str(tmp_path / "child-"), str(tmp_path / "inline-"))  # sources
+    assert child == inline
+    assert len(child["windows"]) > 5 and child["dead_file"].count("\n") > 5
