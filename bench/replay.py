@@ -1,6 +1,6 @@
 """Benchmark of ``rankwatch replay`` end to end, against two references measured in the same run.
 
-Run: ``python bench/replay.py [--requests N] [--repeat R] [--rate RPS]``. Writes N clean 20-item requests
+Run: ``python bench/replay.py [--requests N] [--repeat R] [--rate RPS] [--mapped]``. Writes N clean 20-item requests
 (list-form impressions and their graded clicks, from :mod:`pipeline.traffic.generator`, replicated with
 fresh ids) as two JSONL files, then times, as medians over ``--repeat`` runs, wall time and the CPU time of
 this process (``time.process_time``: steadier than wall time on a shared machine; the replay's log reader
@@ -11,7 +11,10 @@ critical path):
 - ``process_batch``: the streaming core's batch path alone, on the same events already in memory, in merged
   order, in batches of 4,096;
 - ``replay``: the ``rankwatch replay --format json`` command on the two files (reading, merging, the core,
-  the final result document), in this process.
+  the final result document), in this process;
+- with ``--mapped``, ``replay --config``: the same events written in a team's nested list shape
+  (``stream_core.TEAM_FIELDS``, JSON) and replayed with the config that maps them, printed as a ratio to
+  the native replay.
 
 It prints requests/s of each and the two ratios the product goals are stated in, replay / json.loads and
 replay / process_batch, by wall time (what a user sees on an idle machine with two cores or more) and by
@@ -31,6 +34,7 @@ import tempfile
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,6 +64,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rate", type=float, default=20.0, help="requests per second of event time")
+    ap.add_argument("--mapped", action="store_true",
+                    help="also replay the same events in a team's nested list shape with --config (stream_core's "
+                         "TEAM_FIELDS), printed as a ratio to the native replay of the same run")
     args = ap.parse_args()
 
     events = build_events(args.requests, rate=args.rate)
@@ -74,6 +81,10 @@ def main() -> None:
         merge.close()
         merged = [(k, v) for ks, vs in batches for k, v in zip(ks, vs, strict=True)]
 
+        mapped_args: list[str] = []
+        if args.mapped:
+            mapped_args = _team_files(events, Path(tmp))
+
         def loads() -> None:
             for path in (imp, clk):
                 for line in path.read_bytes().splitlines():
@@ -86,27 +97,54 @@ def main() -> None:
                 proc.process_batch([k for k, _ in chunk], [v for _, v in chunk])
             proc.flush()
 
-        def replay() -> None:
+        def replay(files: list[str]) -> None:
             out, err = io.StringIO(), io.StringIO()
             with redirect_stdout(out), redirect_stderr(err):
-                code = cli_main(["replay", "--impressions", str(imp), "--clicks", str(clk), "--format", "json"])
+                code = cli_main(["replay", *files, "--format", "json"])
             if code:
                 raise SystemExit(f"replay failed: {err.getvalue()}")
             json.loads(out.getvalue())
 
-        fns = {"json.loads": loads, "process_batch": core, "replay": replay}
+        fns = {"json.loads": loads, "process_batch": core,
+               "replay": lambda: replay(["--impressions", str(imp), "--clicks", str(clk)])}
+        if mapped_args:
+            fns["replay --config"] = lambda: replay(mapped_args)
         times: dict[str, list[tuple[float, float, float]]] = {k: [] for k in fns}
         for _ in range(args.repeat):
             for name, fn in fns.items():
                 times[name].append(_timed(fn))
     med = {k: [statistics.median(t[i] for t in v) for i in range(3)] for k, v in times.items()}
     print(f"{args.requests} requests, {len(events)} events, {size_mb:.0f} MB JSONL; medians of {args.repeat}")
-    print(f"  {'':14s} {'wall s':>7s} {'req/s':>9s} {'CPU s':>7s} {'req/s':>9s} {'child CPU s':>12s}")
+    print(f"  {'':16s} {'wall s':>7s} {'req/s':>9s} {'CPU s':>7s} {'req/s':>9s} {'child CPU s':>12s}")
     for k, (wall, cpu, child) in med.items():
-        print(f"  {k:14s} {wall:7.2f} {args.requests / wall:9,.0f} {cpu:7.2f} {args.requests / cpu:9,.0f} {child:12.2f}")
+        print(f"  {k:16s} {wall:7.2f} {args.requests / wall:9,.0f} {cpu:7.2f} {args.requests / cpu:9,.0f} {child:12.2f}")
     for i, how in ((0, "wall"), (1, "CPU of this process")):
         print(f"by {how}: replay / json.loads = {med['json.loads'][i] / med['replay'][i]:.2f}x, "
               f"replay / process_batch = {med['process_batch'][i] / med['replay'][i]:.2f}x")
+    if "replay --config" in med:
+        print(f"replay --config (nested list shape) / replay (native), wall: "
+              f"{med['replay'][0] / med['replay --config'][0]:.2f}x")
+
+
+def _team_files(events: list[Any], tmp: Path) -> list[str]:
+    """The events in stream_core's nested list shape (JSON), two files and the config mapping them: the
+    ``rankwatch replay`` arguments that read them."""
+    from stream_core import TEAM_FIELDS, team_inputs
+
+    _, values = team_inputs(events, "json")
+    imp, clk, config = tmp / "team-impressions.jsonl", tmp / "team-clicks.jsonl", tmp / "team.toml"
+    with imp.open("wb") as fi, clk.open("wb") as fc:
+        for e, v in zip(events, values, strict=True):
+            (fi if e.stream == "impressions" else fc).write(v + b"\n")
+    config.write_text("".join(f"[events.{stream}.fields]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in fields.items())
+                              + "\n" for stream, fields in TEAM_FIELDS.items()))
+    return ["--impressions", str(imp), "--clicks", str(clk), "--config", str(config)]
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
 
 
 if __name__ == "__main__":
