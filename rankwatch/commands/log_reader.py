@@ -8,10 +8,12 @@ as one blob) and :func:`_produce` with its writer :class:`_Sender` (the child's 
 Why: reading the files, decoding every line's event time and merging the files cost about an eighth of a
 replay, on the same core as the streaming core, which is the bottleneck. In a child they run on another core
 while the core works. The child may also *prepare* each batch (for ``rankwatch replay``: the batch path's
-stateless rows, :mod:`pipeline.stream.prepare`, about 40 % of the core's work) until the parent has finished
-the batch before and waits for this one; the parent makes the rows the child did not (a shared counter of the
-batches the parent asked for tells the child). So the work splits by itself: early in a replay, when the core
-has little to finalize, the parent takes more; later the child prepares whole batches ahead. A writer thread
+stateless rows, :mod:`pipeline.stream.prepare`, about 40 % of the core's work) while it is ahead: while a
+batch it handed over waits for the parent (a shared counter of the batches the parent asked for tells the
+child). Once the parent has caught up, the child hands the batch over as it is and reads on, and the parent
+makes the rows the child did not. So the work goes where there is time: when the parent is the slower one
+(finalizing) the child prepares whole batches ahead; when the child is (early in a replay, or translating a
+team's schema) it only reads. A writer thread
 and a queue of two batches let the child work while the parent reads; the pipe holds less than one batch and
 the queue is bounded, so the child is at most three batches ahead: memory stays at a few chunks a file,
 however large the logs. The batches, their order and their sources are those of the in-process merge (the
@@ -42,11 +44,10 @@ from rankwatch.pipeline.events.logs import CHUNK_BYTES, BatchSources, EventLogMe
 _JOIN_TIMEOUT_S = 5.0
 _AHEAD = 2  # batches the child may have ready beyond the one the parent reads
 
-# What the child makes of a batch besides reading it: (kinds, values, parent_waits) -> one row for each of the
-# batch's first records, e.g. the batch path's stateless rows (pipeline.stream.prepare.prepare_rows), so that
-# work runs on the reader's core. It stops early once parent_waits() is true (the parent has finished the batch
-# before and waits for this one): the parent makes the rest itself, so neither process idles while the other
-# has work (module docstring).
+# What the child makes of a batch besides reading it: (kinds, values, caught_up) -> e.g. the batch path's
+# stateless rows of the batch's first records (pipeline.stream.prepare.prepare_rows), so that work runs on the
+# reader's core. It stops once caught_up() is true (the parent has asked for every batch handed over: the
+# child is no batch ahead), and the parent makes the rest itself (module docstring).
 Prepare = Callable[[list[bool], list[bytes], Callable[[], bool]], Any]
 
 
@@ -178,7 +179,7 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare
             if prepare is not None:
                 # With the rows made here, the core's process reads a line only where the per-record path takes
                 # it (a rejection, say): the lines go as one blob and their lengths, not one object a line.
-                rows = prepare(kinds, values, functools.partial(_asked_beyond, asked, produced))
+                rows = prepare(kinds, values, functools.partial(_caught_up, asked, produced))
                 values = (b"".join(values), array("i", map(len, values)).tobytes())  # type: ignore[assignment]
             sender.put(pickle.dumps(("batch", kinds, values, paths, indexes, numbers, merge.position(), rows),
                                     protocol=pickle.HIGHEST_PROTOCOL))
@@ -200,9 +201,9 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare
         send.close()
 
 
-def _asked_beyond(asked: Any, produced: int) -> bool:
-    """Whether the parent has asked for more than the ``produced`` batches: it waits for the next one."""
-    return bool(asked.value > produced)
+def _caught_up(asked: Any, produced: int) -> bool:
+    """Whether the parent has asked for every one of the ``produced`` batches: the child is no batch ahead."""
+    return bool(asked.value >= produced)
 
 
 class _Sender:

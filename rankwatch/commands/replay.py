@@ -121,19 +121,19 @@ def command(
         click.echo(summary)
 
 
-_PREPARE_STEP = 256  # records the log reader prepares between two looks at whether the core waits
+_PREPARE_STEP = 256  # records the log reader prepares between two looks at whether it is still ahead
 
 
 def _made_by_reader(kept: KeptTranslations | None, spec: Any, user_keys: dict[str, int], kinds: list[bool],
-                    values: list[bytes], core_waits: Any) -> tuple[Translated | None, Any]:
+                    values: list[bytes], caught_up: Any) -> tuple[Translated | None, Any]:
     """What the log reader's process hands on with a batch: its translations (a team's schema) and the batch
     path's rows of its first events (:func:`_rows_until`)."""
     if kept is None:
-        return None, _rows_until(spec, user_keys, kinds, values, core_waits)
+        return None, _rows_until(spec, user_keys, kinds, values, caught_up)
     translated = kept.take(kinds, values)
     if translated.single is None:  # a rejection or a message of several events: the core takes it from here
         return translated, None
-    return translated, _rows_until(spec, user_keys, kinds, translated.single, core_waits)
+    return translated, _rows_until(spec, user_keys, kinds, translated.single, caught_up)
 
 
 class KeptTranslations:
@@ -178,14 +178,14 @@ class KeptTranslations:
 
 
 def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values: list[bytes],
-                core_waits: Any) -> Any:
+                caught_up: Any) -> Any:
     """What the log reader's process makes of a batch: the stateless rows of its first records, until the
-    core has finished the batch before (it makes the rest itself)."""
+    core has caught up with the reader (it makes the rest itself)."""
     from rankwatch.pipeline.stream.prepare import PreparedRows, prepare_rows
 
     parts = [prepare_rows(spec, [], [])]
     for start in range(0, len(values), _PREPARE_STEP):
-        if core_waits():
+        if caught_up():
             break
         parts.append(prepare_rows(spec, kinds[start:start + _PREPARE_STEP], values[start:start + _PREPARE_STEP], user_keys))
     return PreparedRows.concat(parts)

@@ -206,8 +206,8 @@ def test_rows_made_by_the_reader_give_the_in_process_replay(logs, tmp_path, caps
     assert json.loads(child[0])["overall"]["requests"] > 100 and child[3].count("\n") > 20  # it had work
 
 
-def _random_prefix(rows_until, rng, spec, user_keys, kinds, values, core_waits):  # type: ignore[no-untyped-def]
-    stop_after = rng.randrange(len(values) // 7 + 2)  # looks at core_waits before each part of 7 records
+def _random_prefix(rows_until, rng, spec, user_keys, kinds, values, caught_up):  # type: ignore[no-untyped-def]
+    stop_after = rng.randrange(len(values) // 7 + 2)  # looks at caught_up before each part of 7 records
     looks = iter(range(10**9))
     return rows_until(spec, user_keys, kinds, values, lambda: next(looks) >= stop_after)
 

@@ -74,7 +74,7 @@ def test_a_corrupt_gzip_is_the_in_process_error_and_the_child_is_gone(tmp_path: 
     assert not merge._child.is_alive()
 
 
-def _lengths(kinds: list[bool], values: list[bytes], parent_waits: Any) -> list[int]:
+def _lengths(kinds: list[bool], values: list[bytes], caught_up: Any) -> list[int]:
     return [len(v) for v in values]
 
 
@@ -148,15 +148,16 @@ def test_lines_index_and_slice_as_the_list_of_lines() -> None:
             view[len(lines)]
 
 
-def test_the_child_prepares_while_the_parent_is_busy_and_stops_when_it_waits(tmp_path: Path) -> None:
-    """``parent_waits()`` is true while the parent waits for the batch being prepared (the first one: it asks at
-    once), false while it has not asked for it (the child is ahead, up to a deadline to get there)."""
+def test_the_child_prepares_only_while_it_is_a_batch_ahead(tmp_path: Path) -> None:
+    """``caught_up()`` is true while the parent has asked for every batch handed over (the first batch: it asks
+    at once; the second: it holds the first), false once a batch handed over waits for it (the child is ahead;
+    up to a deadline to get there)."""
     path = tmp_path / "imp.jsonl"
     path.write_bytes(b"\n".join(_random_line(random.Random(3), t) for t in range(3000)) + b"\n")
-    looks = multiprocessing.get_context("fork").RawArray("b", [-1] * 64)  # batch -> parent_waits() at its start
+    looks = multiprocessing.get_context("fork").RawArray("b", [-1] * 64)  # batch -> caught_up() at its start
 
-    def prepare(kinds: list[bool], values: list[bytes], parent_waits: Any) -> None:
-        looks[prepare.batch] = int(parent_waits())  # type: ignore[attr-defined]
+    def prepare(kinds: list[bool], values: list[bytes], caught_up: Any) -> None:
+        looks[prepare.batch] = int(caught_up())  # type: ignore[attr-defined]
         prepare.batch += 1  # type: ignore[attr-defined]
 
     prepare.batch = 0  # type: ignore[attr-defined]
@@ -165,9 +166,9 @@ def test_the_child_prepares_while_the_parent_is_busy_and_stops_when_it_waits(tmp
         batches = batches_with_rows(merge)
         next(batches)
         deadline = time.monotonic() + 60
-        while looks[2] == -1 and time.monotonic() < deadline:  # the child works ahead: batches 1 and 2
+        while looks[3] == -1 and time.monotonic() < deadline:  # the child works ahead: batches 1 to 3
             time.sleep(0.01)
-        assert looks[0] == 1 and looks[1] == 0 and looks[2] == 0
+        assert looks[0] == 1 and looks[1] == 1 and looks[2] == 0 and looks[3] == 0
         n = 1 + sum(1 for _ in batches)
         assert n > 4 and all(looks[i] in (0, 1) for i in range(n)) and looks[n] == -1
     finally:
