@@ -52,6 +52,7 @@ def resume_offset(pair: Any, tp: Any) -> int | None:
             return int(buf[0].offset)
     return off
 
+
 @dataclass
 class PartitionPair:
     """State of pair ``partition``: processor, fed offsets, buffers and the current checkpoint."""

@@ -170,18 +170,26 @@ class Translator:
 
     def event_ts_ms(self, stream: str, raw: bytes) -> int | None:
         """The event time (epoch ms) a message maps to, None when it cannot be read (for ordering only)."""
-        return translation_ts_ms(self.translate(stream, raw))
+        return _translation_ts_ms(self.translate(stream, raw))
 
-    def event_ts_many(self, stream: str, raws: list[bytes]) -> np.ndarray:
+    def event_ts_many(self, stream: str, raws: list[bytes],
+                      keep: Callable[[bytes, list[bytes] | Rejection], None] | None = None) -> np.ndarray:
         """:meth:`event_ts_ms` of each message, as epoch ms with ``NO_TS`` where it cannot be read
-        (the ``ts_of`` of :class:`pipeline.events.logs.EventLogMerge`)."""
-        return np.array([NO_TS if (t := self.event_ts_ms(stream, raw)) is None else t for raw in raws],
-                        dtype=np.int64)
+        (the ``ts_of`` of :class:`pipeline.events.logs.EventLogMerge`); ``keep(raw, translation)``, when given,
+        is handed each message's translation (``rankwatch replay`` keeps them for the core)."""
+        out = np.empty(len(raws), dtype=np.int64)
+        translate = self.translate
+        for i, raw in enumerate(raws):
+            translation = translate(stream, raw)
+            if keep is not None:
+                keep(raw, translation)
+            ms = _translation_ts_ms(translation)
+            out[i] = NO_TS if ms is None else ms
+        return out
 
 
-def translation_ts_ms(out: list[bytes] | Rejection) -> int | None:
-    """The event time (epoch ms) of what a message was translated to: its first event's, None for a rejection
-    or no event (:meth:`Translator.event_ts_ms`)."""
+def _translation_ts_ms(out: list[bytes] | Rejection) -> int | None:
+    """The event time (epoch ms) of a message's translation: its first event's, None for a rejection or none."""
     from rankwatch.pipeline.events.validation import sniff_ts_ms
 
     if type(out) is Rejection or not out:

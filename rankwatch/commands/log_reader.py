@@ -171,7 +171,7 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which stops this child
     sender = _Sender(send)
-    produced = 0  # batches handed to the sender: the parent waits for the next one once it asked for more
+    produced = 0  # batches handed to the sender: the child is ahead while the parent has asked for fewer
     try:
         for kinds, values, sources in merge.batches():
             paths, indexes, numbers = sources.parts()

@@ -100,7 +100,9 @@ def command(
     try:
         with _progress(merge.size, merge.position) as advance:
             for kinds, values, sources, made in batches_with_rows(merge):
-                translated, rows = made if made is not None else (None if kept is None else kept.take(kinds, values), None)
+                if made is None:  # read in this process: the core prepares the rows; the translations were kept here
+                    made = (None if kept is None else kept.take(kinds, values), None)
+                translated, rows = made
                 emit(proc.process_batch(kinds, values, source_of=sources, rows=rows, translated=translated))
                 advance(len(values))
         emit(proc.flush())
@@ -139,8 +141,9 @@ def _made_by_reader(kept: KeptTranslations | None, spec: Any, user_keys: dict[st
 class KeptTranslations:
     """A team's messages translated once, when the merge reads their event times, and kept until their batch.
 
-    ``ts_of`` is the merge's ``ts_of`` (:meth:`pipeline.events.translate.Translator.event_ts_many`'s event
-    times); ``take`` hands on the kept translations of a batch's lines. An entry holds its line, so its
+    ``ts_of`` is the merge's ``ts_of`` (:meth:`pipeline.events.translate.Translator.event_ts_many`, keeping
+    each translation by the line's identity and stream); ``take`` hands on the kept translations of a batch's
+    lines. An entry holds its line, so its
     identity (the key) is not reused while it waits; the merge emits every line it read once, so nothing
     stays behind; a line not kept (one object read twice: CPython shares one-byte strings) is translated
     again, to the same result.
@@ -151,29 +154,23 @@ class KeptTranslations:
         self._kept: dict[tuple[int, bool], tuple[bytes, Any]] = {}
 
     def ts_of(self, stream: str, lines: list[bytes]) -> Any:
-        import numpy as np
+        """The merge's ``ts_of``: the lines' event times, their translations kept."""
+        kept, kind = self._kept, stream == "impressions"
 
-        from rankwatch.pipeline.events.logs import NO_TS
-        from rankwatch.pipeline.events.translate import translation_ts_ms
+        def keep(raw: bytes, translation: Any) -> None:
+            kept[id(raw), kind] = (raw, translation)  # the entry holds the line: its id is not reused meanwhile
 
-        translate, kept, kind = self.translator.translate, self._kept, stream == "impressions"
-        out = np.empty(len(lines), dtype=np.int64)
-        for i, raw in enumerate(lines):
-            t = translate(stream, raw)
-            kept[id(raw), kind] = (raw, t)
-            ms = translation_ts_ms(t)
-            out[i] = NO_TS if ms is None else ms
-        return out
+        return self.translator.event_ts_many(stream, lines, keep)
 
     def take(self, kinds: list[bool], values: Sequence[bytes]) -> Translated:
+        """The kept translations of a batch's lines (removed from here)."""
         from rankwatch.pipeline.stream.mapped import Translated
 
         kept, translate = self._kept, self.translator.translate
         each = []
         for kind, raw in zip(kinds, values, strict=True):
             entry = kept.pop((id(raw), kind), None)
-            each.append(entry[1] if entry is not None and entry[0] is raw
-                        else translate("impressions" if kind else "clicks", raw))
+            each.append(translate("impressions" if kind else "clicks", raw) if entry is None else entry[1])
         return Translated.of(each)
 
 
@@ -183,12 +180,12 @@ def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values:
     core has caught up with the reader (it makes the rest itself)."""
     from rankwatch.pipeline.stream.prepare import PreparedRows, prepare_rows
 
-    parts = [prepare_rows(spec, [], [])]
+    parts = []
     for start in range(0, len(values), _PREPARE_STEP):
         if caught_up():
             break
         parts.append(prepare_rows(spec, kinds[start:start + _PREPARE_STEP], values[start:start + _PREPARE_STEP], user_keys))
-    return PreparedRows.concat(parts)
+    return PreparedRows.concat(parts) if parts else None
 
 
 def _config(windows: tuple[str, ...], attribution: str, disorder: str, by: tuple[str, ...], ks: tuple[str, ...]) -> Any:

@@ -218,9 +218,11 @@ def test_kept_translations_are_handed_on_once_each() -> None:
     stays kept."""
     from rankwatch.commands.replay import KeptTranslations
     from rankwatch.pipeline.events.logs import NO_TS
+    from rankwatch.pipeline.events.translate import Translator
 
     class Doubling:
         calls = 0
+        event_ts_many = Translator.event_ts_many  # the times (and the translations kept) as a Translator reads them
 
         def translate(self, stream: str, raw: bytes) -> list[bytes]:
             self.calls += 1
