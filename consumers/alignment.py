@@ -16,6 +16,14 @@ broker confirmed, by a request made after the record was fetched, that the other
 Without this, a burst on one topic followed by a far-ahead record could overtake the other topic's
 unfetched records and make them late.
 
+Overtaking waits ``overtake_grace`` (:class:`OvertakeGrace`): one producer writing a burst of both topics
+lands each topic's batch in its own produce request, and the service, caught up, can fetch the clicks of
+the burst a few milliseconds before their impressions are on the broker. The broker then truthfully
+confirms that the impressions topic has nothing more, the clicks move the watermark minutes ahead, and the
+impressions that land a moment later are late. So the confirmation counts only once the other topic has
+stayed empty (no record arrived) for the grace; in steady traffic, where records stay within
+``max_skew_ms`` of each other, nothing waits.
+
 Event time (``[kafka] timestamps = "event"``, the default): most producers leave a record's timestamp at its
 send time, so a backfill (every impression of an hour produced before its clicks) would be merged with
 every impression first and each click late. With ``event_time`` set, :meth:`PartitionPair.add` replaces
@@ -29,7 +37,7 @@ the fetch position, so buffered records are fetched again after a restore.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +47,37 @@ from rankwatch.consumers.core_process import RemoteProcessor
 from rankwatch.consumers.event_time import TimedRecord
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.stream.processor import StreamProcessor
+
+
+class OvertakeGrace:
+    """When a topic-partition that holds back the other topic's records has been empty long enough.
+
+    Parameters
+    ----------
+    grace_s
+        How long a topic-partition must stay without new records, once it holds back a record far ahead
+        on the other topic, before the broker is asked to confirm that it has nothing more (module
+        docstring, "Overtaking waits"). 0: asked at once.
+    monotonic
+        The clock (``time.monotonic`` in the service).
+    """
+
+    def __init__(self, grace_s: float, monotonic: Callable[[], float]) -> None:
+        self.grace_s = grace_s
+        self._monotonic = monotonic
+        self._since: dict[Any, float] = {}  # topic-partition -> when it was first seen holding back
+
+    def arrived(self, tp: Any) -> None:
+        """Records of ``tp`` were fetched: its wait starts again."""
+        self._since.pop(tp, None)
+
+    def due(self, holding_back: Iterable[Any]) -> list[Any]:
+        """Of the topic-partitions holding back a record now, those empty for the whole grace."""
+        now = self._monotonic()
+        holding = set(holding_back)
+        for tp in [tp for tp in self._since if tp not in holding]:
+            del self._since[tp]  # no longer holding anything back: a later wait starts afresh
+        return [tp for tp in holding if now - self._since.setdefault(tp, now) >= self.grace_s]
 
 
 def resume_offset(pair: Any, tp: Any) -> int | None:

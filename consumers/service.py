@@ -37,7 +37,7 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from rankwatch.consumers.alignment import PartitionPair
+from rankwatch.consumers.alignment import OvertakeGrace, PartitionPair
 from rankwatch.consumers.checkpoints import CheckpointStore
 from rankwatch.consumers.clients import close_clients
 from rankwatch.consumers.committer import Committer
@@ -130,6 +130,7 @@ class ConsumerService:
         self._watchdog = Watchdog(self)
         # [kafka] timestamps = "event": buffered records carry their event's time (consumers/alignment.py).
         self.event_time = merge_time(kafka.timestamps, events, formats, stream.max_event_bytes)
+        self._overtake = OvertakeGrace(kafka.overtake_grace_s, time.monotonic)
         self._last: dict[str, float] = {}  # when the loop last ticked, checkpointed, ... (monotonic)
         self._fatal = False  # the loop ended with a FatalKafkaError: no final feed nor checkpoint
         self.partitions = 0
@@ -295,11 +296,12 @@ class ConsumerService:
                 pair = self._pairs.get(tp.partition)
                 if pair is not None and tp in pair.buffers:
                     pair.add(tp, records)
+                    self._overtake.arrived(tp)
                     if self._gate is not None:
                         self._gate.note(tp.topic, records)
             self._feed_all()
             self._cores.drain()  # windows and dead letters of batches the core process has finished
-            unconfirmed = [tp for pair in self._pairs.values() for tp in pair.unconfirmed]
+            unconfirmed = self._overtake.due(tp for pair in self._pairs.values() for tp in pair.unconfirmed)
         if unconfirmed:
             self._confirm_and_feed(unconfirmed)
         self._flow_control()

@@ -138,6 +138,9 @@ class KafkaSettings:
     core_process
         Run the streaming core in a second process (consumers/core_process.py, default): consuming and
         computing overlap on two cores. ``False`` keeps it in the consuming process (one core).
+    overtake_grace_s
+        How long a caught-up topic must stay empty before the other topic's records far ahead of it (more
+        than the allowed disorder) are fed (consumers/alignment.py, "Overtaking waits"); 0 disables the wait.
     timestamps
         How the two topics are merged before the core (consumers/alignment.py): ``"event"`` (default) by
         each event's own (mapped) time, ``"record"`` by the Kafka record timestamps, which are event time
@@ -162,6 +165,7 @@ class KafkaSettings:
     retry_backoff_max_s: float = 5.0
     core_process: bool = True
     timestamps: str = "event"
+    overtake_grace_s: float = 0.25
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
@@ -176,6 +180,8 @@ class KafkaSettings:
                      "retry_backoff_max_s"):
             if float(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.overtake_grace_s < 0:
+            raise ValueError("overtake_grace_s must be >= 0")
         for name in ("max_poll_records", "max_buffered_records"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")

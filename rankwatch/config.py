@@ -7,6 +7,7 @@ Unknown tables and keys are refused too, so a typo never silently falls back to 
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,7 @@ SCHEMA: dict[str, frozenset[str] | None] = {
     "kafka": frozenset({"bootstrap_servers", "group_id", "auto_offset_reset", "checkpoint_interval",
                        "max_poll_records", "max_buffered_records", "tick_interval", "session_timeout",
                        "instance_id", "security", "shutdown_timeout", "retry_backoff_max", "core_process",
-                       "timestamps"}),
+                       "timestamps", "overtake_grace"}),
     "topics": frozenset({"impressions", "clicks", "dead_letter", "checkpoints"}),
     "windows": frozenset({"sizes", "attribution", "allowed_disorder", "idle_timeout", "finalize_step"}),
     "slices": frozenset({"by", "max_values_per_label"}),
@@ -292,7 +293,13 @@ def _kafka(k: _Reader, t: _Reader, where: str, base: Path = Path(".")) -> KafkaS
         retry_backoff_max_s=k.duration_ms("retry_backoff_max", 5_000) / 1000,
         core_process=k.get("core_process", bool, True),
         timestamps=_timestamps(k),
+        overtake_grace_s=k.get("overtake_grace", str, 250, _duration_or_zero_ms) / 1000,
     )
+
+
+def _duration_or_zero_ms(text: str) -> int:
+    """A duration, or zero written as ``"0s"`` (``"0ms"``...): a wait that can be switched off."""
+    return 0 if re.fullmatch(r"0(ms|s|m|h|d)", text) else parse_duration_ms(text)
 
 
 def _timestamps(k: _Reader) -> str:

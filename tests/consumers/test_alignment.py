@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Any
 
-from rankwatch.consumers.alignment import PartitionPair
+from rankwatch.consumers.alignment import OvertakeGrace, PartitionPair
 
 TP = namedtuple("TP", "topic partition")
 Rec = namedtuple("Rec", "topic partition offset timestamp value")
@@ -69,3 +69,19 @@ def test_records_already_fed_are_not_buffered_again() -> None:
     pair.next_offset[IMP] = 2
     pair.add(IMP, _records(IMP, [1, 2, 3, 4]))
     assert [r.offset for r in pair.buffers[IMP]] == [2, 3]
+
+
+def test_overtake_grace_counts_from_the_first_turn_held_back_and_restarts_on_arrival() -> None:
+    now = [100.0]
+    grace = OvertakeGrace(0.25, lambda: now[0])
+    assert grace.due([IMP]) == []  # first seen holding back: the wait starts
+    now[0] += 0.2
+    assert grace.due([IMP, CLK]) == []  # 0.2 s of 0.25; CLK starts its own wait
+    now[0] += 0.05
+    assert grace.due([IMP, CLK]) == [IMP]
+    grace.arrived(IMP)  # a record came: whatever follows waits a whole grace again
+    assert grace.due([IMP]) == []
+    now[0] += 0.3
+    assert grace.due([IMP]) == [IMP]
+    assert grace.due([]) == [] and grace.due([IMP]) == []  # released in between: afresh
+    assert OvertakeGrace(0.0, lambda: now[0]).due([CLK]) == [CLK]  # no grace: asked at once

@@ -30,6 +30,7 @@ def _run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple
         ("[kafka]\nmax_poll_records = 0\n", "kafka.max_poll_records: must be >= 1"),
         ("[kafka]\ncore_process = 'yes'\n", "kafka.core_process: expected bool"),
         ("[kafka]\ntimestamps = 'send'\n", "kafka.timestamps: must be 'record' or 'event'"),
+        ("[kafka]\novertake_grace = '-1s'\n", "kafka.overtake_grace: not a duration"),
         ("[topics]\nimpressions = 'x'\nclicks = 'x'\n", "topics.clicks: must differ"),
         ("[slices]\nby = ['colour']\n", "slices.by: cannot slice by 'colour'"),
         ("[metrics]\ngain = 'cubic'\n", "metrics.gain"),
@@ -70,6 +71,12 @@ def test_example_config_loads_and_passes_security_settings_through() -> None:
 def test_kafka_timestamps_default_to_event_time() -> None:
     assert config_from_dict({}).kafka.timestamps == "event"
     assert config_from_dict({"kafka": {"timestamps": "record"}}).kafka.timestamps == "record"
+
+
+def test_overtake_grace_defaults_to_a_quarter_second_and_can_be_switched_off() -> None:
+    assert config_from_dict({}).kafka.overtake_grace_s == 0.25
+    assert config_from_dict({"kafka": {"overtake_grace": "0s"}}).kafka.overtake_grace_s == 0
+    assert config_from_dict({"kafka": {"overtake_grace": "2s"}}).kafka.overtake_grace_s == 2
 
 
 def test_defaults_match_the_spec() -> None:
