@@ -117,7 +117,7 @@ def raw_rate(boot: str, prefix: str, partitions: int, total: int) -> tuple[float
 
 
 def stream_config(windows: str, attribution: str) -> StreamConfig:
-    from rankwatch.pipeline.stream.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.durations import parse_duration_ms
 
     return StreamConfig(windows=tuple(windows.split(",")), attribution_window_ms=parse_duration_ms(attribution))
 

@@ -79,7 +79,7 @@ class RegistrySettings:
             raise ConfigError(f"{where}.url: required, a string like 'http://127.0.0.1:8081'")
         timeout = table.get("timeout", DEFAULT_TIMEOUT)
         if isinstance(timeout, str):
-            from rankwatch.pipeline.stream.windows import parse_duration_ms
+            from rankwatch.pipeline.stream.durations import parse_duration_ms
 
             try:
                 timeout = parse_duration_ms(timeout) / 1000

@@ -44,8 +44,8 @@ from rankwatch.exporters.samples import (
 from rankwatch.exporters.series import DriftResult, SeriesValues, drift, score_drifts
 from rankwatch.pipeline.metrics.aggregates import RankingAggregate
 from rankwatch.pipeline.published import PublishedWindow
+from rankwatch.pipeline.stream.durations import parse_duration_ms
 from rankwatch.pipeline.stream.processor import StreamConfig
-from rankwatch.pipeline.stream.windows import parse_duration_ms
 
 _SEEN_IDENTITIES = 100_000  # republication memory; old identities are forgotten first
 

@@ -24,8 +24,8 @@ from rankwatch.pipeline.events.validation import DEFAULT_ACTION_GRADES
 from rankwatch.pipeline.experiments.spec import ExperimentSpec, experiment_from_dict
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream.durations import parse_duration_ms
 from rankwatch.pipeline.stream.processor import StreamConfig
-from rankwatch.pipeline.stream.windows import parse_duration_ms
 
 T = TypeVar("T")
 

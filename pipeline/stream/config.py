@@ -13,7 +13,7 @@ from typing import Any
 from rankwatch.pipeline.events.validation import DEFAULT_ACTION_GRADES
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.stream.windows import parse_duration_ms
+from rankwatch.pipeline.stream.durations import parse_duration_ms
 
 STREAMS = ("impressions", "clicks")
 OUTCOMES = ("accepted", "duplicate", "rejected", "orphan", "late")

@@ -39,6 +39,7 @@ from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import LabelCapper, SliceKey
 from rankwatch.pipeline.stream.batch import process_batch
 from rankwatch.pipeline.stream.config import OUTCOMES, STREAMS, StreamConfig, StreamStats
+from rankwatch.pipeline.stream.durations import parse_duration_ms
 from rankwatch.pipeline.stream.experiments import StreamExperiments
 from rankwatch.pipeline.stream.join import FinalizedBatch, PendingRequests, feedback_entry
 from rankwatch.pipeline.stream.mapped import Translated, process_mapped_batch
@@ -47,7 +48,7 @@ from rankwatch.pipeline.stream.prepare import BatchSpec, PreparedRows
 from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.stream.staging import ListStaging
 from rankwatch.pipeline.stream.watermark import Watermark
-from rankwatch.pipeline.stream.windows import WindowSet, parse_duration_ms
+from rankwatch.pipeline.stream.windows import WindowSet
 
 
 class StreamProcessor:

@@ -11,7 +11,6 @@ parts: counts are integers, so the histogram is exact below ``MetricOptions.max_
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -25,19 +24,10 @@ from rankwatch.pipeline.metrics.clusters import ClusterHistograms
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import SliceKey
+from rankwatch.pipeline.stream.durations import parse_duration_ms
 from rankwatch.pipeline.stream.join import FinalizedBatch
 
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 _MIN_COMPACT_BINS = 65_536
-
-
-def parse_duration_ms(text: str) -> int:
-    """``"30s"``, ``"5m"``, ``"1h"``, ``"1d"`` (also ``"250ms"``) to milliseconds; ``ValueError`` otherwise."""
-    m = _DURATION.match(text)
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h, 1d)")
-    return int(m.group(1)) * _UNITS_MS[m.group(2)]
 
 
 def merge_histograms(parts: list[ScoreHistogram], max_distinct: int) -> ScoreHistogram:

@@ -78,7 +78,7 @@ def command(
         validate_evaluation_frame,
     )
     from rankwatch.pipeline.slicing import SliceSpec
-    from rankwatch.pipeline.stream.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.durations import parse_duration_ms
 
     overrides = {"label": label, "control": control, "treatments": _csv(treatments) or None,
                  "split": _split(split) if split else None, "start": start, "unit": unit, "alpha": alpha,

@@ -15,7 +15,7 @@ from rankwatch.errors import ConfigError
 
 def _seconds(text: str, option: str) -> float:
     """``900``, ``900s``, ``15m`` or ``1h`` to seconds."""
-    from rankwatch.pipeline.stream.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.durations import parse_duration_ms
 
     try:
         return float(text)

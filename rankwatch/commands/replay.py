@@ -62,10 +62,8 @@ def command(
 ) -> None:
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.commands.event_files import events_translator
-    from rankwatch.commands.log_reader import batches_with_rows, open_merge
-    from rankwatch.pipeline.clock import ManualClock
-    from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
-    from rankwatch.pipeline.stream.processor import StreamProcessor
+    from rankwatch.commands.log_reader import open_merge
+    from rankwatch.pipeline.stream.prepare import BatchSpec
 
     config = _config(windows, attribution_window, allowed_disorder, by, ks)
     imp_paths = [_existing(p) for p in _csv(impression_files)]
@@ -74,6 +72,29 @@ def command(
         raise ConfigError("replay needs at least one --impressions FILE")
     files = [(p, "impressions") for p in imp_paths] + [(p, "clicks") for p in clk_paths]
     translator, opener = events_translator(config_file, config.max_event_bytes, files)
+    # The reader's process (log_reader.py) also decodes, checks and packs the events (the batch path's
+    # stateless half) while the core is busy. A team's schema is translated where the lines are read (their
+    # event times order the merge): the translations are kept and handed on, not made twice. It starts
+    # before the core's modules are imported (numpy's aggregates, pandas: about 0.5 s), so that it reads
+    # and prepares meanwhile; nothing it runs needs them.
+    kept = None if translator is None else KeptTranslations(translator)
+    ts_of = None if kept is None else kept.ts_of
+    prepare = functools.partial(_made_by_reader, kept, BatchSpec.of(config), {})
+    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare)
+    try:
+        _replay(merge, config, translator, kept, fmt, windows_out, dead_letter)
+    finally:
+        merge.close()
+
+
+def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | None, fmt: str,
+            windows_out: str | None, dead_letter: str | None) -> None:
+    """The core's half of :func:`command`: feed ``merge``'s batches, print the result document."""
+    from rankwatch.commands.log_reader import batches_with_rows
+    from rankwatch.pipeline.clock import ManualClock
+    from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
+    from rankwatch.pipeline.stream.processor import StreamProcessor
+
     sink = JsonlDeadLetterSink(dead_letter) if dead_letter else None
     clock = ManualClock()
     # With --config the processor translates each line (and dead-letters a line as it was written).
@@ -87,13 +108,6 @@ def command(
             if out_file is not None:
                 out_file.write(json.dumps(w.document()) + "\n")
 
-    # The reader's process (log_reader.py) also decodes, checks and packs the events (the batch path's
-    # stateless half) while the core is busy. A team's schema is translated where the lines are read (their
-    # event times order the merge): the translations are kept and handed on, not made twice.
-    kept = None if translator is None else KeptTranslations(translator)
-    ts_of = None if kept is None else kept.ts_of
-    prepare = functools.partial(_made_by_reader, kept, proc.batch_spec, {})
-    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare)
     # What is loaded by now (modules, config) outlives the replay: out of the full collections the join's
     # objects trigger (each walked every object, pandas' and numpy's modules included; unfrozen at the end).
     gc.freeze()
@@ -111,7 +125,6 @@ def command(
             out_file.close()
         if sink is not None:
             sink.close()
-        merge.close()
         gc.unfreeze()
     doc = _overall_document(published, config)
     summary = _summary(proc.stats())
@@ -191,8 +204,8 @@ def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values:
 def _config(windows: tuple[str, ...], attribution: str, disorder: str, by: tuple[str, ...], ks: tuple[str, ...]) -> Any:
     from rankwatch.pipeline.metrics.options import MetricOptions
     from rankwatch.pipeline.slicing import SliceSpec
+    from rankwatch.pipeline.stream.durations import parse_duration_ms
     from rankwatch.pipeline.stream.processor import StreamConfig
-    from rankwatch.pipeline.stream.windows import parse_duration_ms
 
     try:
         sizes = tuple(_csv(windows)) or ("5m", "1h")
@@ -256,7 +269,7 @@ def _overall_document(published: list[Any], config: Any) -> dict[str, Any]:
 
     from rankwatch.pipeline.metrics.aggregates import RankingAggregate
     from rankwatch.pipeline.metrics.result import result_document
-    from rankwatch.pipeline.stream.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.durations import parse_duration_ms
 
     largest = max(config.windows, key=parse_duration_ms)
     overall = RankingAggregate(config.metric_options)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def _duration_s(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
-    from rankwatch.pipeline.stream.windows import parse_duration_ms
+    from rankwatch.pipeline.stream.durations import parse_duration_ms
 
     text = value.strip()
     try:

@@ -18,7 +18,7 @@ from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.metrics.result import result_document
 from rankwatch.pipeline.offline.baseline import compute_baseline
 from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.stream.windows import parse_duration_ms
+from rankwatch.pipeline.stream.durations import parse_duration_ms
 
 Identity = tuple[str, str, tuple[int, ...]]
 

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 from rankwatch.pipeline.metrics.aggregates import RankingAggregate
 from rankwatch.pipeline.metrics.auc import ScoreHistogram
 from rankwatch.pipeline.metrics.options import MetricOptions
+from rankwatch.pipeline.stream.durations import parse_duration_ms
 from rankwatch.pipeline.stream.join import FinalizedBatch
 from rankwatch.pipeline.stream.windows import (
     FinalizedStaging,
     SliceAccumulator,
     WindowSet,
     merge_histograms,
-    parse_duration_ms,
 )
 
 OPTS = MetricOptions()
