@@ -33,7 +33,7 @@ import threading
 import traceback
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from itertools import accumulate
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any, overload
 
@@ -154,7 +154,13 @@ class Lines(Sequence[bytes]):
     def __getitem__(self, i: slice) -> list[bytes]: ...
     def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+            start, stop, step = i.indices(len(self))
+            if step != 1 or start >= stop:
+                return [self[j] for j in range(start, stop, step)]
+            # The core prepares a run of lines the reader did not: one comprehension, no call a line.
+            blob, ends = self._blob, self._ends
+            return [blob[a:b] for a, b in zip(chain((ends[start - 1] if start else 0,), ends[start:stop - 1]),
+                                              ends[start:stop], strict=True)]
         if i < 0:
             i += len(self)
         end = self._ends[i]  # IndexError past the end, as a list's

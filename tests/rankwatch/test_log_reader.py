@@ -136,14 +136,15 @@ def test_what_the_child_prepares_comes_with_its_batch(tmp_path: Path, seed: int)
 
 def test_lines_index_and_slice_as_the_list_of_lines() -> None:
     rng = random.Random(4)
-    for _ in range(50):
+    for _ in range(300):
         lines = [bytes(rng.randrange(97, 100) for _ in range(rng.randrange(4))) for _ in range(rng.randrange(12))]
         view = Lines(b"".join(lines), array("i", map(len, lines)).tobytes())
         assert len(view) == len(lines) and list(view) == lines
         for i in range(-len(lines), len(lines)):
             assert view[i] == lines[i]
-        a, b = rng.randrange(-3, 14), rng.randrange(-3, 14)
-        assert view[a:b] == lines[a:b] and view[a:] == lines[a:]
+        a, b, step = rng.randrange(-14, 14), rng.randrange(-14, 14), rng.choice([None, 1, 2, -1, -3])
+        assert view[a:b] == lines[a:b] and view[a:] == lines[a:] and view[:b] == lines[:b]
+        assert view[a:b:step] == lines[a:b:step]
         with pytest.raises(IndexError):
             view[len(lines)]
 
