@@ -146,6 +146,20 @@ def past_first_close(events: Any, *, window_ms: int = 60_000, attribution_ms: in
     return split
 
 
+def produce_to(bootstrap: str, prefix: str, events: list[Any]) -> None:
+    """``events`` to the ``<prefix>-imp`` / ``<prefix>-clk`` topics, in order, as one producer in a burst
+    (batches of up to 256 KiB, 20 ms linger, every record acknowledged by the broker)."""
+    from kafka import KafkaProducer
+
+    from rankwatch.consumers.producer import produce_events
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
+    try:
+        produce_events(producer, events, topics={"impressions": f"{prefix}-imp", "clicks": f"{prefix}-clk"})
+    finally:
+        producer.close()
+
+
 CONSUMING = "consuming partition pairs"
 
 

@@ -15,23 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaProducer
-from kafka_helpers import past_first_close, start_run, stop_run, wait_consuming, wait_for, write_config
+from kafka_helpers import (
+    past_first_close,
+    produce_to,
+    start_run,
+    stop_run,
+    wait_consuming,
+    wait_for,
+    write_config,
+)
 from kafka_oracle import expected_windows
 from test_service_kafka import WINDOWS, _assert_matches, _create, _traffic, _windows_by_identity
 
-from rankwatch.consumers.producer import produce_events, window_closers
+from rankwatch.consumers.producer import window_closers
 from rankwatch.pipeline.traffic.generator import generate_with_truth
 
 pytestmark = pytest.mark.kafka
-
-
-def _produce(bootstrap: str, prefix: str, events: list[Any]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
-    try:
-        produce_events(producer, events, topics={"impressions": f"{prefix}-imp", "clicks": f"{prefix}-clk"})
-    finally:
-        producer.close()
 
 
 def test_clicks_written_a_moment_before_their_impressions_wait_for_them(kafka_broker: Any, unique: str,
@@ -48,12 +47,12 @@ def test_clicks_written_a_moment_before_their_impressions_wait_for_them(kafka_br
     proc = start_run(config, out, log)
     try:
         wait_consuming(log, 0, procs=(proc,))
-        _produce(kafka_broker.bootstrap, unique, events[:half])
+        produce_to(kafka_broker.bootstrap, unique, events[:half])
         wait_for(lambda: out.exists() and out.read_text().strip(), timeout=240, what="first windows", procs=(proc,),
                  log=log)
-        _produce(kafka_broker.bootstrap, unique, [e for e in rest if e.stream == "clicks"])
+        produce_to(kafka_broker.bootstrap, unique, [e for e in rest if e.stream == "clicks"])
         time.sleep(1.0)  # a stimulus (the gap between the two topics' writes), not a wait for a condition
-        _produce(kafka_broker.bootstrap, unique, [e for e in rest if e.stream == "impressions"]
+        produce_to(kafka_broker.bootstrap, unique, [e for e in rest if e.stream == "impressions"]
                  + window_closers(2, last + 2 * 3_600_000, record_ts_ms=last + 1))
         wait_for(lambda: set(want) <= set(_windows_by_identity(out)), timeout=300, what="all windows", procs=(proc,),
                  log=log)

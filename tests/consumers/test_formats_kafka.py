@@ -23,7 +23,15 @@ pytest.importorskip("confluent_kafka.schema_registry")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
 
 from foreign_shapes import AVRO, EVENTS_TOML, descriptor_set, team_records  # noqa: E402
-from kafka_helpers import past_first_close, start_run, stop_run, wait_consuming, wait_for, write_config  # noqa: E402
+from kafka_helpers import (  # noqa: E402
+    past_first_close,
+    produce_to,
+    start_run,
+    stop_run,
+    wait_consuming,
+    wait_for,
+    write_config,
+)
 from kafka_oracle import expected_windows  # noqa: E402
 from test_registry import registry_url  # noqa: E402,F401  (the module's registry fixture)
 from test_service_kafka import WINDOWS, _assert_matches, _create, _traffic, _windows_by_identity  # noqa: E402
@@ -150,18 +158,6 @@ def _team_events(events: list[Any], encoders: dict[str, Any]) -> list[Any]:
     return out
 
 
-def _produce(bootstrap: str, prefix: str, events: list[Any]) -> None:
-    from kafka import KafkaProducer
-
-    from rankwatch.consumers.producer import produce_events
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
-    try:
-        produce_events(producer, events, topics={"impressions": f"{prefix}-imp", "clicks": f"{prefix}-clk"})
-    finally:
-        producer.close()
-
-
 def _closers(events: list[Any], partitions: int) -> list[Any]:
     last = max(e.ts_ms for e in events)
     return window_closers(partitions, last + 2 * 3_600_000, record_ts_ms=last + 1)
@@ -187,7 +183,7 @@ def test_confluent_framed_topics_give_the_windows_of_the_same_events(
     want = expected_windows(rows, windows=WINDOWS, partitions=2)
     config = _config(tmp_path, kafka_broker.bootstrap, unique, registry_url, fmt)
     encoders = _encoders(tmp_path, registry_url, fmt, unique)
-    _produce(kafka_broker.bootstrap, unique, _team_events(events + _closers(events, 2), encoders))
+    produce_to(kafka_broker.bootstrap, unique, _team_events(events + _closers(events, 2), encoders))
     out, log = tmp_path / "w.jsonl", tmp_path / "run.log"
     proc = start_run(config, out, log)
     try:
@@ -225,11 +221,11 @@ def test_a_registry_gone_mid_run_holds_the_records_and_loses_none(
     proc = start_run(config, out, log)
     try:
         wait_consuming(log, 0, procs=(proc,))
-        _produce(kafka_broker.bootstrap, unique, _team_events(events[:half], first))
+        produce_to(kafka_broker.bootstrap, unique, _team_events(events[:half], first))
         wait_for(lambda: out.exists() and out.read_text().strip(), timeout=240, what="first windows", procs=(proc,),
                  log=log)
         proxy.stop()
-        _produce(kafka_broker.bootstrap, unique, _team_events(events[half:] + _closers(events, 2), second))
+        produce_to(kafka_broker.bootstrap, unique, _team_events(events[half:] + _closers(events, 2), second))
         wait_for(lambda: "unreachable (schema id" in log.read_text(), timeout=180, what="the outage logged",
                  procs=(proc,), log=log)
         time.sleep(2)  # the outage's length (a stimulus, not a wait for a condition): several refused retries
