@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from rankwatch.pipeline.metrics.auc import ScoreHistogram, histograms_by_request_group
 from rankwatch.pipeline.metrics.clusters import (
@@ -340,6 +339,8 @@ def _add_gauc(
     elif n_groups == 1:
         pair, slice_of_pair = keys, np.zeros(int(keys.max()) + 1 if keys.size else 0, dtype=np.int64)
     else:
+        import pandas as pd  # here only: the streaming core closes its groups apart (gauc.dense_ids), without pandas
+
         span = int(keys.max()) + 1 if keys.size else 1
         pair, uniq = pd.factorize(grp * span + keys)
         slice_of_pair = (np.asarray(uniq, dtype=np.int64) // span).astype(np.int64)

@@ -194,3 +194,18 @@ def test_offline_requests_without_user_are_groups_of_their_own() -> None:
     assert got["gauc"] == pytest.approx(expected[0], abs=1e-12)
     shuffled = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)  # the ungrouped reader path
     assert compute_baseline(shuffled).overall.values()["gauc"] == pytest.approx(expected[0], abs=1e-12)
+
+
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(1, 4)), max_size=30), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_dense_ids_are_np_uniques_inverse_whatever_the_runs(runs: list[tuple[int, int]], big: bool) -> None:
+    """The open groups' user ids, closed over runs of equal keys: np.unique's and pandas' sorted factorize exactly
+    (keys in runs, repeated apart, negative, huge; none)."""
+    keys = np.repeat(np.array([k for k, _ in runs], dtype=np.int64), [n for _, n in runs])
+    if big:
+        keys = keys * (2**60 // 4)
+    ids, uniques = gauc_module.dense_ids(keys)
+    want_uniques, want_ids = np.unique(keys, return_inverse=True)
+    assert ids.dtype == np.int64 and np.array_equal(ids, want_ids) and np.array_equal(uniques, want_uniques)
+    pd_ids, pd_uniques = pd.factorize(keys, sort=True)
+    assert np.array_equal(ids, pd_ids) and np.array_equal(uniques, np.asarray(pd_uniques))
