@@ -1,7 +1,7 @@
 """Durations written as text (``"30s"``, ``"5m"``): :func:`parse_duration_ms`.
 
 A module of its own so that reading a configuration imports no metric code: ``rankwatch replay`` starts
-its log reader's process before the core's heavy imports (numpy's aggregates, pandas) are loaded.
+its log reader's process before the core's modules (the metric code, numpy) are loaded.
 """
 
 from __future__ import annotations

@@ -75,8 +75,8 @@ def command(
     # The reader's process (log_reader.py) also decodes, checks and packs the events (the batch path's
     # stateless half) while the core is busy. A team's schema is translated where the lines are read (their
     # event times order the merge): the translations are kept and handed on, not made twice. It starts
-    # before the core's modules are imported (numpy's aggregates, pandas: about 0.5 s), so that it reads
-    # and prepares meanwhile; nothing it runs needs them.
+    # before the core's modules are imported (the metric code, numpy), so that it reads and prepares
+    # meanwhile; nothing it runs needs them.
     kept = None if translator is None else KeptTranslations(translator)
     ts_of = None if kept is None else kept.ts_of
     prepare = functools.partial(_made_by_reader, kept, BatchSpec.of(config), {})
