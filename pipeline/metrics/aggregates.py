@@ -21,7 +21,8 @@ from rankwatch.pipeline.metrics.clusters import (
     cluster_histograms_by_request_group,
     request_buckets,
 )
-from rankwatch.pipeline.metrics.gauc import GaucSums, ScoreImage, request_group_auc, weighted_moments
+from rankwatch.pipeline.metrics.gauc import ScoreImage, request_group_auc
+from rankwatch.pipeline.metrics.gauc_sums import GaucSums, weighted_moments
 from rankwatch.pipeline.metrics.kernel import PerRequestMetrics, offsets_from_lengths, per_request_metrics
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.metrics.positions import position_counts, rates
@@ -339,7 +340,7 @@ def _add_gauc(
     elif n_groups == 1:
         pair, slice_of_pair = keys, np.zeros(int(keys.max()) + 1 if keys.size else 0, dtype=np.int64)
     else:
-        import pandas as pd  # here only: the streaming core closes its groups apart (gauc.dense_ids), without pandas
+        import pandas as pd  # here only: the streaming core closes its groups apart (gauc_sums.dense_ids), without pandas
 
         span = int(keys.max()) + 1 if keys.size else 1
         pair, uniq = pd.factorize(grp * span + keys)

@@ -12,7 +12,8 @@ from sklearn.metrics import roc_auc_score
 
 from rankwatch.pipeline.metrics import gauc as gauc_module
 from rankwatch.pipeline.metrics.aggregates import RankingAggregate
-from rankwatch.pipeline.metrics.gauc import GaucSums, ScoreImage, group_auc
+from rankwatch.pipeline.metrics.gauc import ScoreImage, group_auc
+from rankwatch.pipeline.metrics.gauc_sums import GaucSums, dense_ids
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.offline.baseline import compute_baseline
 from rankwatch.pipeline.slicing import SliceSpec
@@ -204,7 +205,7 @@ def test_dense_ids_are_np_uniques_inverse_whatever_the_runs(runs: list[tuple[int
     keys = np.repeat(np.array([k for k, _ in runs], dtype=np.int64), [n for _, n in runs])
     if big:
         keys = keys * (2**60 // 4)
-    ids, uniques = gauc_module.dense_ids(keys)
+    ids, uniques = dense_ids(keys)
     want_uniques, want_ids = np.unique(keys, return_inverse=True)
     assert ids.dtype == np.int64 and np.array_equal(ids, want_ids) and np.array_equal(uniques, want_uniques)
     pd_ids, pd_uniques = pd.factorize(keys, sort=True)

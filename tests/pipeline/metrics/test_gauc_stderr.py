@@ -12,7 +12,8 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from rankwatch.pipeline.metrics.aggregates import aggregate_lists
-from rankwatch.pipeline.metrics.gauc import GaucSums, group_auc, weighted_moments
+from rankwatch.pipeline.metrics.gauc import group_auc
+from rankwatch.pipeline.metrics.gauc_sums import GaucSums, weighted_moments
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.offline.baseline import compute_baseline
 from rankwatch.pipeline.slicing import SliceSpec
