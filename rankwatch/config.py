@@ -7,7 +7,6 @@ Unknown tables and keys are refused too, so a typo never silently falls back to 
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -24,7 +23,7 @@ from rankwatch.pipeline.events.validation import DEFAULT_ACTION_GRADES
 from rankwatch.pipeline.experiments.spec import ExperimentSpec, experiment_from_dict
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.stream.durations import parse_duration_ms
+from rankwatch.pipeline.stream.durations import parse_duration_ms, parse_duration_or_zero_ms
 from rankwatch.pipeline.stream.processor import StreamConfig
 
 T = TypeVar("T")
@@ -293,13 +292,8 @@ def _kafka(k: _Reader, t: _Reader, where: str, base: Path = Path(".")) -> KafkaS
         retry_backoff_max_s=k.duration_ms("retry_backoff_max", 5_000) / 1000,
         core_process=k.get("core_process", bool, True),
         timestamps=_timestamps(k),
-        overtake_grace_s=k.get("overtake_grace", str, 250, _duration_or_zero_ms) / 1000,
+        overtake_grace_s=k.get("overtake_grace", str, 250, parse_duration_or_zero_ms) / 1000,
     )
-
-
-def _duration_or_zero_ms(text: str) -> int:
-    """A duration, or zero written as ``"0s"`` (``"0ms"``...): a wait that can be switched off."""
-    return 0 if re.fullmatch(r"0(ms|s|m|h|d)", text) else parse_duration_ms(text)
 
 
 def _timestamps(k: _Reader) -> str:
@@ -347,7 +341,7 @@ def _stream(r: dict[str, _Reader], where: str) -> StreamConfig:
         keys = ("gain", "map_normalization", "no_relevant", "max_distinct_scores", "gauc_group", "gauc_weight")
         key = next((k for k in keys if k in str(e)), "gain")
         raise m.fail(key, str(e)) from None
-    disorder = w.get("allowed_disorder", str, 60_000, lambda v: 0 if v.strip() in ("0", "0s", "0ms") else parse_duration_ms(v))
+    disorder = w.get("allowed_disorder", str, 60_000, parse_duration_or_zero_ms)
     return StreamConfig(
         windows=sizes,
         attribution_window_ms=w.duration_ms("attribution", 30 * 60_000),

@@ -1,4 +1,5 @@
-"""Durations written as text (``"30s"``, ``"5m"``): :func:`parse_duration_ms`.
+"""Durations written as text (``"30s"``, ``"5m"``): :func:`parse_duration_ms`, and
+:func:`parse_duration_or_zero_ms` where zero is allowed.
 
 A module of its own so that reading a configuration imports no metric code: ``rankwatch replay`` starts
 its log reader's process before the core's modules (the metric code, numpy) are loaded.
@@ -18,3 +19,9 @@ def parse_duration_ms(text: str) -> int:
     if not m or int(m.group(1)) <= 0:
         raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h, 1d)")
     return int(m.group(1)) * _UNITS_MS[m.group(2)]
+
+
+def parse_duration_or_zero_ms(text: str) -> int:
+    """:func:`parse_duration_ms`, or 0 for zero written as ``"0"``, ``"0s"``, ``"0ms"``... (a disorder of none,
+    a wait switched off)."""
+    return 0 if re.fullmatch(r"\s*0\s*(ms|s|m|h|d)?\s*", text) else parse_duration_ms(text)

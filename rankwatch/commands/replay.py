@@ -97,7 +97,8 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
 
     sink = JsonlDeadLetterSink(dead_letter) if dead_letter else None
     clock = ManualClock()
-    # With --config the processor translates each line (and dead-letters a line as it was written).
+    # With --config the processor reads the team's schema: it takes the reader's translations (translating a
+    # line itself only where none was kept) and dead-letters a line as it was written.
     proc = StreamProcessor(config, clock=clock, dead_letters=sink, translator=translator)
     out_file: IO[str] | None = open(windows_out, "a", encoding="utf-8") if windows_out else None  # noqa: SIM115
     published: list[Any] = []
@@ -109,7 +110,7 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
                 out_file.write(json.dumps(w.document()) + "\n")
 
     # What is loaded by now (modules, config) outlives the replay: out of the full collections the join's
-    # objects trigger (each walked every object, pandas' and numpy's modules included; unfrozen at the end).
+    # objects trigger (each walked every object, numpy's modules included; unfrozen at the end).
     gc.freeze()
     try:
         with _progress(merge.size, merge.position) as advance:
@@ -204,15 +205,15 @@ def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values:
 def _config(windows: tuple[str, ...], attribution: str, disorder: str, by: tuple[str, ...], ks: tuple[str, ...]) -> Any:
     from rankwatch.pipeline.metrics.options import MetricOptions
     from rankwatch.pipeline.slicing import SliceSpec
-    from rankwatch.pipeline.stream.durations import parse_duration_ms
-    from rankwatch.pipeline.stream.processor import StreamConfig
+    from rankwatch.pipeline.stream.config import StreamConfig
+    from rankwatch.pipeline.stream.durations import parse_duration_ms, parse_duration_or_zero_ms
 
     try:
         sizes = tuple(_csv(windows)) or ("5m", "1h")
         for s in sizes:
             parse_duration_ms(s)
         attr_ms = parse_duration_ms(attribution)
-        disorder_ms = 0 if disorder.strip() in ("0", "0s") else parse_duration_ms(disorder)
+        disorder_ms = parse_duration_or_zero_ms(disorder)
         spec = SliceSpec(by=tuple(_csv(by))) if by else SliceSpec()
         cut = tuple(int(k) for k in _csv(ks))
         options = MetricOptions(ndcg_cutoffs=cut, map_cutoffs=cut) if cut else MetricOptions()
