@@ -157,10 +157,9 @@ class KeptTranslations:
 
     ``ts_of`` is the merge's ``ts_of`` (:meth:`pipeline.events.translate.Translator.event_ts_many`, keeping
     each translation by the line's identity and stream); ``take`` hands on the kept translations of a batch's
-    lines. An entry holds its line, so its
-    identity (the key) is not reused while it waits; the merge emits every line it read once, so nothing
-    stays behind; a line not kept (one object read twice: CPython shares one-byte strings) is translated
-    again, to the same result.
+    lines. An entry holds its line, so its identity (the key) is not reused while it waits; the merge emits
+    every line it read once, so nothing stays behind; a line not kept (one object read twice: CPython shares
+    one-byte strings) is translated again, to the same result.
     """
 
     def __init__(self, translator: Any) -> None:

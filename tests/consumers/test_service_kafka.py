@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka_helpers import (
     consuming_count,
     past_first_close,
+    produce_to,
     start_run,
     stop_run,
     wait_consuming,
@@ -30,7 +31,7 @@ from kafka_helpers import (
 from kafka_oracle import assert_documents_equal, expected_windows, read_truth
 
 from rankwatch.cli import main
-from rankwatch.consumers.producer import partition_of, produce_events, window_closers
+from rankwatch.consumers.producer import partition_of, window_closers
 from rankwatch.consumers.topics import ensure_topic
 from rankwatch.consumers.windows_out import document_identity, read_windows
 from rankwatch.pipeline.events.validation import (
@@ -75,16 +76,10 @@ def _traffic(seed: int, *, minutes: float, rate: float) -> TrafficConfig:
 
 
 def _produce(bootstrap: str, prefix: str, events: list[Any], *, close: bool, partitions: int) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
-    topics = {"impressions": f"{prefix}-imp", "clicks": f"{prefix}-clk"}
-    try:
-        produce_events(producer, events, topics=topics)
-        if close:
-            last = max(e.ts_ms for e in events)
-            produce_events(producer, window_closers(partitions, last + 2 * 3_600_000, record_ts_ms=last + 1),
-                           topics=topics)
-    finally:
-        producer.close()
+    if close:
+        last = max(e.ts_ms for e in events)
+        events = [*events, *window_closers(partitions, last + 2 * 3_600_000, record_ts_ms=last + 1)]
+    produce_to(bootstrap, prefix, events)
 
 
 def _create(bootstrap: str, prefix: str, partitions: int) -> None:
