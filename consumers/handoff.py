@@ -95,6 +95,11 @@ class RequestRing:
             return 0 if n < tail else None  # wrap around (head never catches up with tail: strict <)
         return head if head + n < tail else None  # wrapped: free is [head, tail)
 
+    def read(self, descriptor: bytes) -> memoryview:
+        """What a descriptor of :meth:`place` points to, where the ring's writer is a forked child of this
+        process and this one reads (``rankwatch replay``'s log reader): a view, released by the caller."""
+        return _region(self._map, descriptor)
+
     def unlink(self) -> None:
         try:
             os.unlink(self.path)
@@ -122,8 +127,12 @@ class RingView:
 
     def read(self, descriptor: bytes) -> memoryview:
         """The request a descriptor points to (a view: unpickle it before answering the request)."""
-        start, length = _DESCRIPTOR.unpack_from(descriptor, 1)
-        return memoryview(self._map)[start:start + length]
+        return _region(self._map, descriptor)
+
+
+def _region(mapping: mmap.mmap, descriptor: bytes) -> memoryview:
+    start, length = _DESCRIPTOR.unpack_from(descriptor, 1)
+    return memoryview(mapping)[start:start + length]
 
 
 def widen_pipe(conn: Any, size: int = 1 << 20) -> None:

@@ -37,7 +37,7 @@ from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any, overload
 
-from rankwatch.consumers.handoff import widen_pipe
+from rankwatch.consumers.handoff import RequestRing, descriptor_of, widen_pipe
 from rankwatch.errors import RankwatchError
 from rankwatch.pipeline.events.logs import CHUNK_BYTES, BatchSources, EventLogMerge, TimesOf
 
@@ -86,11 +86,17 @@ class PrefetchedMerge:
         self._recv, send = ctx.Pipe(duplex=False)
         self._asked = ctx.RawValue("q", 0)  # batches the parent has asked for (shared memory; one writer)
         widen_pipe(send)  # a 4 MiB batch in 1 MiB reads, not 64 KiB ones (a quarter of the reading's cost)
-        # The child inherits the open files and the translator (fork): nothing of them is pickled.
-        self._child = ctx.Process(target=_produce, args=(merge, send, self._recv, prepare, self._asked),
+        # The batches themselves go through shared memory where there is some (the pipe carries a descriptor):
+        # no copies through the kernel, and the core's process reads a batch with one unpickling.
+        self._ring = RequestRing.open()
+        self.shared_batches = 0  # batches read from the ring (the others came through the pipe)
+        # The child inherits the open files, the translator and the ring's mapping (fork): nothing is pickled.
+        self._child = ctx.Process(target=_produce, args=(merge, send, self._recv, prepare, self._asked, self._ring),
                                   name="rankwatch-log-reader",
                                   daemon=True)
         self._child.start()
+        if self._ring is not None:
+            self._ring.unlink()  # both processes have it mapped: nothing is left in /dev/shm
         send.close()
         merge.close()  # the child holds its own descriptors now
 
@@ -104,9 +110,15 @@ class PrefetchedMerge:
     def prepared_batches(self) -> Iterator[tuple[list[bool], Sequence[bytes], BatchSources, Any]]:
         """Each batch with the rows ``prepare`` made of it in the child (None without ``prepare``)."""
         while True:
-            self._asked.value += 1
+            self._asked.value += 1  # the child may reuse the ring's space of every batch before this one
             try:
-                message = pickle.loads(self._recv.recv_bytes())
+                data = self._recv.recv_bytes()
+                if self._ring is not None and descriptor_of(data):
+                    with self._ring.read(data) as view:
+                        message = pickle.loads(view)
+                    self.shared_batches += 1
+                else:
+                    message = pickle.loads(data)
             except EOFError:
                 self._child.join(_JOIN_TIMEOUT_S)
                 raise RankwatchError(f"the log reader process ended unexpectedly "
@@ -135,7 +147,10 @@ class PrefetchedMerge:
                 stop()
             child.join(_JOIN_TIMEOUT_S)
             if not child.is_alive():
-                return
+                break
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
 
 
 class Lines(Sequence[bytes]):
@@ -167,9 +182,11 @@ class Lines(Sequence[bytes]):
         return self._blob[self._ends[i - 1] if i else 0:end]
 
 
-def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare | None, asked: Any) -> None:
+def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare | None, asked: Any,
+             ring: RequestRing | None = None) -> None:
     """The child: every batch of ``merge`` (with ``prepare`` of it), then ``("end", position)``; an error as
-    one message."""
+    one message. A batch goes through ``ring`` when it fits (the pipe carries its descriptor); the space of a
+    batch is reused once the parent asked for the batch after it (it unpickled this one on receipt)."""
     # The fork copied the parent's read end: closed here, the parent's close() alone leaves the pipe without a
     # reader, so a write blocked on it fails at once. The parent's Python signal handlers were copied too (a
     # test process that ran `rankwatch run` has a SIGTERM handler that only sets a flag): back to the defaults.
@@ -178,6 +195,7 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which stops this child
     sender = _Sender(send)
     produced = 0  # batches handed to the sender: the child is ahead while the parent has asked for fewer
+    released = 0  # batches whose ring space is free again
     try:
         for kinds, values, sources in merge.batches():
             paths, indexes, numbers = sources.parts()
@@ -187,8 +205,14 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare
                 # it (a rejection, say): the lines go as one blob and their lengths, not one object a line.
                 rows = prepare(kinds, values, functools.partial(_caught_up, asked, produced))
                 values = (b"".join(values), array("i", map(len, values)).tobytes())  # type: ignore[assignment]
-            sender.put(pickle.dumps(("batch", kinds, values, paths, indexes, numbers, merge.position(), rows),
-                                    protocol=pickle.HIGHEST_PROTOCOL))
+            data = pickle.dumps(("batch", kinds, values, paths, indexes, numbers, merge.position(), rows),
+                                protocol=pickle.HIGHEST_PROTOCOL)
+            if ring is not None:
+                while released < asked.value - 1:  # the parent asked for batch `asked - 1`: it read the ones before
+                    ring.answered()
+                    released += 1
+                data = ring.place(data)  # a descriptor, or the batch itself when the ring has no room
+            sender.put(data)
             produced += 1
         message: tuple[Any, ...] = ("end", merge.size)
     except RankwatchError as e:

@@ -134,6 +134,38 @@ def test_what_the_child_prepares_comes_with_its_batch(tmp_path: Path, seed: int)
         assert made == [[len(v) for v in values] for _, values, _ in expected]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_batches_through_a_small_ring_reuse_its_space_and_lose_nothing(tmp_path: Path, seed: int,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batches travel through shared memory (consumers/handoff.py's ring), whose space the child reuses once
+    the parent asked for the batch after: with a ring of a few batches (wrapping around many times) and batches
+    too large for it (through the pipe), the same batches, lines and rows as the in-process merge."""
+    import rankwatch.commands.log_reader as log_reader
+    from rankwatch.consumers.handoff import RequestRing
+
+    files = _files(tmp_path, seed)
+    for chunk, ring_bytes in ((16, 4096), (300, 4096), (300, 512), (1 << 22, 1 << 20)):
+        monkeypatch.setattr(log_reader.RequestRing, "open", classmethod(
+            lambda cls, size=ring_bytes: RequestRing(size=size, directory=tmp_path)))
+        expected = _drain(EventLogMerge(files, chunk_bytes=chunk))
+        merge = PrefetchedMerge(files, chunk_bytes=chunk, prepare=_lengths)
+        got, made = [], []
+        try:
+            for kinds, values, sources, rows in batches_with_rows(merge):
+                got.append((kinds, list(values), [sources(i) for i in range(len(values))]))
+                made.append(rows)
+            shared = merge.shared_batches
+        finally:
+            merge.close()
+        assert got == expected, chunk
+        assert made == [[len(v) for v in values] for _, values, _ in expected]
+        if expected and ring_bytes >= 4096:
+            assert shared > 0, "no batch went through the ring"
+        if expected and ring_bytes == 512:
+            assert shared < len(expected), "every batch fitted: the pipe's way was not taken"
+        assert not list(tmp_path.glob("rankwatch-core-*")), "the ring's file was left behind"
+
+
 def test_lines_index_and_slice_as_the_list_of_lines() -> None:
     rng = random.Random(4)
     for _ in range(300):
