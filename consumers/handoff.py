@@ -3,6 +3,8 @@
 Layout: :class:`RequestRing` (the consuming side: places a pickled request in a file-backed shared mapping
 and hands the pipe a 17-byte descriptor instead; releases the space in request order, as the answers come)
 and :class:`RingView` (the worker: maps the same file, unlinks it, reads a request from its descriptor).
+``rankwatch replay``'s log reader uses a ring the other way round: its forked child places the batches, the
+parent reads them through the mapping it inherited (:meth:`RequestRing.read`).
 :func:`descriptor_of` tells a descriptor from a pickled request (pickles never start with a NUL byte);
 :func:`widen_pipe` raises a pipe's capacity where Linux allows (the core's pipes, replay's log reader).
 

@@ -1,7 +1,8 @@
 """Logged events read and merged in a child process, a few batches ahead of the streaming core.
 
 Layout: :func:`open_merge` (what ``rankwatch replay`` reads its logs through), :class:`PrefetchedMerge` (the
-batches of :class:`pipeline.events.logs.EventLogMerge`, produced by a forked child and sent over a pipe),
+batches of :class:`pipeline.events.logs.EventLogMerge`, produced by a forked child and handed over through
+shared memory, or a pipe),
 :func:`batches_with_rows` (the batches with what the child prepared of them), :class:`Lines` (a batch's lines
 as one blob) and :func:`_produce` with its writer :class:`_Sender` (the child's side).
 
@@ -13,10 +14,14 @@ batch it handed over waits for the parent (a shared counter of the batches the p
 child). Once the parent has caught up, the child hands the batch over as it is and reads on, and the parent
 makes the rows the child did not. So the work goes where there is time: when the parent is the slower one
 (finalizing) the child prepares whole batches ahead; when the child is (early in a replay, or translating a
-team's schema) it only reads. A writer thread
-and a queue of two batches let the child work while the parent reads; the pipe holds less than one batch and
-the queue is bounded, so the child is at most three batches ahead: memory stays at a few chunks a file,
-however large the logs. The batches, their order and their sources are those of the in-process merge (the
+team's schema) it only reads. A writer thread and a queue of two batches let the child work while the parent
+reads. A batch travels through a ring of shared memory (:class:`rankwatch.consumers.handoff.RequestRing`, 32 MiB,
+the one ``rankwatch run``'s core process reads its requests from) and the pipe carries its 17-byte descriptor:
+no copies through the kernel, and one unpickling in the parent (the pipe's way cost the parent about a tenth of a
+replay in reads and copies). The child reuses a batch's space once the parent asked for the batch after it; a
+batch that finds no room goes through the pipe itself, where a write waits for the parent. So the ring, the
+queue and the pipe bound how far ahead the child is: memory stays at a few chunks a file plus the ring, however
+large the logs. The batches, their order and their sources are those of the in-process merge (the
 child runs the same :class:`EventLogMerge`); where ``fork`` is unavailable, or with
 ``RANKWATCH_LOG_READER=inline``, the merge runs in-process and the core prepares every batch itself.
 """
@@ -94,9 +99,11 @@ class PrefetchedMerge:
         self._child = ctx.Process(target=_produce, args=(merge, send, self._recv, prepare, self._asked, self._ring),
                                   name="rankwatch-log-reader",
                                   daemon=True)
-        self._child.start()
-        if self._ring is not None:
-            self._ring.unlink()  # both processes have it mapped: nothing is left in /dev/shm
+        try:
+            self._child.start()
+        finally:
+            if self._ring is not None:
+                self._ring.unlink()  # both processes have it mapped (or the start failed): nothing is left behind
         send.close()
         merge.close()  # the child holds its own descriptors now
 
