@@ -41,6 +41,10 @@ class RequestRing:
         self.path = name
         try:
             os.ftruncate(fd, size)
+            if hasattr(os, "posix_fallocate"):
+                # The pages reserved now: a /dev/shm too small for the ring (a container's 64 MB, shared with
+                # others) refuses here, and the requests take the pipe, instead of SIGBUS on a write later.
+                os.posix_fallocate(fd, 0, size)
             self._map = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)

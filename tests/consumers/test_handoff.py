@@ -70,3 +70,18 @@ def test_a_ring_that_cannot_be_sized_leaves_no_file(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(os, "ftruncate", refuse)
     assert RequestRing.open(directory=tmp_path) is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ring_whose_pages_cannot_be_reserved_is_not_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared-memory file system too small for the ring refuses it when it is made (the requests, or the replay's
+    batches, then take the pipe), not with SIGBUS at a write into a page it cannot back."""
+    calls = []
+
+    def full(fd: int, offset: int, length: int) -> None:
+        calls.append(length)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    assert RequestRing.open(size=1 << 20, directory=tmp_path) is None
+    assert calls == [1 << 20]
+    assert list(tmp_path.iterdir()) == []
