@@ -22,6 +22,7 @@ reused slot); :meth:`PendingRequests.take_bucket` filters them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import struct
@@ -188,6 +189,14 @@ def materialize(parts: list[FinalizedLists]) -> FinalizedBatch:
                           None if users is None else np.array(users, dtype=np.int64))
 
 
+@functools.cache
+def positions_in_order(max_items: int) -> tuple[tuple[int, ...], ...]:
+    """``(1, ..., n)`` for every ``n <= max_items``, made once per cap: the batch path's rows compare each
+    list's positions with it, and at 200 items making it took about a quarter of a millisecond, a sixth of
+    a 512-record part's rows."""
+    return tuple(tuple(range(1, n + 1)) for n in range(max_items + 1))
+
+
 class PendingRequests:
     """Pending requests in packed columns, bucketed by finalization deadline."""
 
@@ -211,7 +220,7 @@ class PendingRequests:
         self.buckets: dict[int, list[int]] = {}
         self.bucket_heap: list[int] = []
         self.n_items = 0
-        self._seq = [tuple(range(1, n + 1)) for n in range(max_items_per_request + 1)]
+        self._seq = positions_in_order(max_items_per_request)
         # user_id -> user_key_of it, for the batch path: users come back request after request, and the
         # BLAKE2b of each request's user cost about 3 % of the core. Not state (rebuilt on demand);
         # emptied when it reaches USER_KEY_CACHE entries, so it stays bounded (about 4 MB plus the ids).
