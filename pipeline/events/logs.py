@@ -39,6 +39,7 @@ NO_TS = np.iinfo(np.int64).min
 
 
 _MANY_TS = msgspec.json.Decoder(list[_WireTs])
+_MANY_RAW = msgspec.json.Decoder(list[msgspec.Raw])  # each element's text, to check it is its line's
 
 
 def _ts_value(ts: int | datetime) -> int:
@@ -57,7 +58,8 @@ def sniff_many(lines: list[bytes]) -> np.ndarray:
     Equal to :func:`pipeline.events.validation.sniff_ts_ms` line by line. The lines are decoded as one JSON
     array; when that fails (a bad line among them) each half is tried again, so a chunk with a few bad
     lines costs a few more decoder calls, not one per line. Every line must be one JSON object (it starts
-    with ``{`` and ends with ``}``) for the array to be trusted, and the array must have one element a line.
+    with ``{`` and ends with ``}``) for the array to be trusted, and the array must have one element a line,
+    each element's text exactly its line (checked by length: the elements tile the joined text in order).
     """
     out = np.full(len(lines), NO_TS, dtype=np.int64)
     _sniff_into(lines, 0, len(lines), out)
@@ -72,9 +74,16 @@ def _sniff_into(lines: list[bytes], lo: int, hi: int, out: np.ndarray) -> None:
     part = lines[lo:hi]
     decoded: list[_WireTs] | None = None
     if all(line[:1] == b"{" and line[-1:] == b"}" for line in part):
+        joined = b"[" + b",".join(part) + b"]"
         try:
-            decoded = _MANY_TS.decode(b"[" + b",".join(part) + b"]")
+            decoded = _MANY_TS.decode(joined)
         except (msgspec.DecodeError, RecursionError):
+            decoded = None
+    if decoded is not None and len(decoded) == hi - lo:
+        # One element a line by count is not one a line by place: a line holding two objects next to two lines
+        # that close one object (``{"ts": 1}, {"ts": 2}`` and ``{"a": [{}`` + ``{}]}``) keep the count and shift
+        # every time between them onto the wrong line. The elements' own text settles it.
+        if list(map(len, _MANY_RAW.decode(joined))) != list(map(len, part)):
             decoded = None
     if decoded is None or len(decoded) != hi - lo:
         mid = (lo + hi) // 2

@@ -108,6 +108,16 @@ def test_sniff_many_equals_sniff_ts_ms_line_by_line() -> None:
     assert np.array_equal(sniff_many([]), np.zeros(0, dtype=np.int64))
 
 
+def test_sniff_many_keeps_each_time_on_its_line_when_bad_lines_keep_the_count() -> None:
+    """A line with two objects and two lines closing one object, each framed ``{...}``: the joined array has one
+    element a line, but the times between them would land one line off."""
+    good = [b'{"ts": %d, "x": {"y": [1, {}]}}' % t for t in range(10, 18)]
+    bad = [b'{"ts": 1}, {"ts": 2}', *good[:3], b'{"ts": 5, "a": [{}', b'{}]}', *good[3:]]
+    for lines in (bad, good[:2] + bad + good[2:], bad * 3):
+        expected = np.array([NO_TS if (t := sniff_ts_ms(line)) is None else t for line in lines], dtype=np.int64)
+        assert np.array_equal(sniff_many(lines), expected)
+
+
 def _write_traffic(tmp_path: Path) -> list[tuple[Path, str]]:
     cfg = TrafficConfig(seed=11, requests_per_second=5.0, duration_s=900.0, malformed_rate=0.02, duplicate_rate=0.02,
                         orphan_rate=0.01, late_rate=0.01, item_form_share=0.1, rfc3339_share=0.1)
