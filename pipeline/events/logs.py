@@ -1,7 +1,7 @@
 """Logged events in event-time order, in batches: what ``rankwatch replay`` and ``ab`` on logs feed the core.
 
 :class:`LogFile` reads one JSONL file (gzip detected by its magic bytes and streamed) in chunks of lines;
-:func:`sniff_many` reads the ``ts`` of a chunk's lines in one decoder call; :class:`EventLogMerge` merges the
+:func:`sniff_many` reads the ``ts`` of a chunk's lines; :class:`EventLogMerge` merges the
 files chunk by chunk into batches ``(kinds, values, sources)`` for the streaming core's batch path.
 
 The order is exactly that of a k-way merge by ``(ts, stream, file, line)`` that takes, at each step, the
@@ -30,7 +30,7 @@ import numpy as np
 
 from rankwatch.pipeline.errors import RankwatchError
 from rankwatch.pipeline.events.records import SourceRef
-from rankwatch.pipeline.events.validation import MAX_TS_MS, _ts_ms, _WireTs, sniff_ts_ms
+from rankwatch.pipeline.events.validation import _TS_DECODER, MAX_TS_MS, _ts_ms
 
 CHUNK_BYTES = 1 << 22
 TimesOf = Callable[[str, list[bytes]], np.ndarray]
@@ -38,66 +38,31 @@ STREAM_ORDER = {"impressions": 0, "clicks": 1}
 NO_TS = np.iinfo(np.int64).min
 
 
-_MANY_TS = msgspec.json.Decoder(list[_WireTs])
-_MANY_RAW = msgspec.json.Decoder(list[msgspec.Raw])  # each element's text, to check it is its line's
-
 
 def _ts_value(ts: int | datetime) -> int:
     ms = _ts_ms(ts)
     return ms if type(ms) is int else NO_TS
 
 
-def _sniff_one(line: bytes) -> int:
-    ms = sniff_ts_ms(line)
-    return NO_TS if ms is None else ms
-
-
 def sniff_many(lines: list[bytes]) -> np.ndarray:
     """Event times (epoch ms) of ``lines``; :data:`NO_TS` where a line has no valid ``ts``.
 
-    Equal to :func:`pipeline.events.validation.sniff_ts_ms` line by line. The lines are decoded as one JSON
-    array; when that fails (a bad line among them) each half is tried again, so a chunk with a few bad
-    lines costs a few more decoder calls, not one per line. Every line must be one JSON object (it starts
-    with ``{`` and ends with ``}``) for the array to be trusted, and the array must have one element a line,
-    each element's text exactly its line (checked by length: the elements tile the joined text in order).
+    :func:`pipeline.events.validation.sniff_ts_ms` line by line, with the usual in-range integer read inline.
+    One decoder call a line: decoding a chunk's lines joined as one JSON array took twice as long (the join
+    copies every line) and could not tell which line an element came from (a line holding two objects next
+    to two lines closing one object keep the count and put every time between them one line off).
     """
-    out = np.full(len(lines), NO_TS, dtype=np.int64)
-    _sniff_into(lines, 0, len(lines), out)
-    return out
-
-
-def _sniff_into(lines: list[bytes], lo: int, hi: int, out: np.ndarray) -> None:
-    if hi - lo <= 4:
-        for i in range(lo, hi):
-            out[i] = _sniff_one(lines[i])
-        return
-    part = lines[lo:hi]
-    decoded: list[_WireTs] | None = None
-    if all(line[:1] == b"{" and line[-1:] == b"}" for line in part):
-        joined = b"[" + b",".join(part) + b"]"
+    decode = _TS_DECODER.decode
+    times: list[int] = []
+    append = times.append
+    for line in lines:
         try:
-            decoded = _MANY_TS.decode(joined)
+            ts = decode(line).ts
         except (msgspec.DecodeError, RecursionError):
-            decoded = None
-    if decoded is not None and len(decoded) == hi - lo:
-        # One element a line by count is not one a line by place: a line holding two objects next to two lines
-        # that close one object (``{"ts": 1}, {"ts": 2}`` and ``{"a": [{}`` + ``{}]}``) keep the count and shift
-        # every time between them onto the wrong line. The elements' own text settles it.
-        if list(map(len, _MANY_RAW.decode(joined))) != list(map(len, part)):
-            decoded = None
-    if decoded is None or len(decoded) != hi - lo:
-        mid = (lo + hi) // 2
-        _sniff_into(lines, lo, mid, out)
-        _sniff_into(lines, mid, hi, out)
-        return
-    values = [w.ts for w in decoded]
-    try:
-        arr = np.array(values, dtype=np.int64)  # every ts an int (the usual case)
-    except (TypeError, OverflowError):
-        out[lo:hi] = [_ts_value(v) for v in values]
-        return
-    arr[(arr < 0) | (arr > MAX_TS_MS)] = NO_TS
-    out[lo:hi] = arr
+            append(NO_TS)
+            continue
+        append(ts if type(ts) is int and 0 <= ts <= MAX_TS_MS else _ts_value(ts))
+    return np.array(times, dtype=np.int64) if times else np.zeros(0, dtype=np.int64)
 
 
 class LogFile:
