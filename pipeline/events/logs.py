@@ -38,7 +38,6 @@ STREAM_ORDER = {"impressions": 0, "clicks": 1}
 NO_TS = np.iinfo(np.int64).min
 
 
-
 def _ts_value(ts: int | datetime) -> int:
     ms = _ts_ms(ts)
     return ms if type(ms) is int else NO_TS
