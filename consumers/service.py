@@ -236,6 +236,7 @@ class ConsumerService:
             KafkaConsumer, "consumer", **client, group_id=k.group_id, enable_auto_commit=False,
             auto_offset_reset=k.auto_offset_reset,
             partition_assignment_strategy=[RangePartitionAssignor], max_poll_records=k.max_poll_records,
+            max_partition_fetch_bytes=k.max_partition_fetch_bytes,
             session_timeout_ms=int(k.session_timeout_s * 1000),
             heartbeat_interval_ms=max(100, int(k.session_timeout_s * 1000) // 4),
             group_instance_id=k.instance_id,

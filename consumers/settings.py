@@ -120,6 +120,11 @@ class KafkaSettings:
         every retained event counts) or ``"latest"``.
     max_poll_records, max_buffered_records
         Records per poll; records buffered per topic-partition before fetching from it pauses.
+    max_partition_fetch_bytes
+        The most bytes one fetch brings of one partition (kafka-python's option; its default is 1 MiB). A
+        backlog is read in fewer, larger fetches: 4 MiB by default, which kept the consuming thread waiting
+        for fetch answers less (docs/benchmarks.md, "Kafka end to end"). A fetch answer holds at most this
+        times the partitions it asked for, and at most kafka-python's ``fetch_max_bytes`` (50 MiB).
     tick_interval_s
         How often idle pairs let the clock move their watermark (windows close when traffic stops).
     session_timeout_s
@@ -157,6 +162,7 @@ class KafkaSettings:
     auto_offset_reset: str = "earliest"
     max_poll_records: int = 2000
     max_buffered_records: int = 20_000
+    max_partition_fetch_bytes: int = 4 * 1024 * 1024
     tick_interval_s: float = 1.0
     session_timeout_s: float = 10.0
     instance_id: str | None = None
@@ -182,7 +188,7 @@ class KafkaSettings:
                 raise ValueError(f"{name} must be > 0")
         if self.overtake_grace_s < 0:
             raise ValueError("overtake_grace_s must be >= 0")
-        for name in ("max_poll_records", "max_buffered_records"):
+        for name in ("max_poll_records", "max_buffered_records", "max_partition_fetch_bytes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")
         unknown = sorted(set(self.client_options) - PASSTHROUGH_OPTIONS)

@@ -31,7 +31,8 @@ T = TypeVar("T")
 # table -> allowed keys (None: free-form table, checked by its own reader)
 SCHEMA: dict[str, frozenset[str] | None] = {
     "kafka": frozenset({"bootstrap_servers", "group_id", "auto_offset_reset", "checkpoint_interval",
-                       "max_poll_records", "max_buffered_records", "tick_interval", "session_timeout",
+                       "max_poll_records", "max_buffered_records", "max_partition_fetch_bytes", "tick_interval",
+                       "session_timeout",
                        "instance_id", "security", "shutdown_timeout", "retry_backoff_max", "core_process",
                        "timestamps", "overtake_grace"}),
     "topics": frozenset({"impressions", "clicks", "dead_letter", "checkpoints"}),
@@ -287,6 +288,7 @@ def _kafka(k: _Reader, t: _Reader, where: str, base: Path = Path(".")) -> KafkaS
         auto_offset_reset=reset,
         max_poll_records=k.positive_int("max_poll_records", 2000),
         max_buffered_records=k.positive_int("max_buffered_records", 20_000),
+        max_partition_fetch_bytes=k.positive_int("max_partition_fetch_bytes", 4 * 1024 * 1024),
         client_options=MappingProxyType(dict(security)),
         shutdown_timeout_s=k.duration_ms("shutdown_timeout", 15_000) / 1000,
         retry_backoff_max_s=k.duration_ms("retry_backoff_max", 5_000) / 1000,

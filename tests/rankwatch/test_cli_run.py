@@ -28,6 +28,8 @@ def _run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple
         ("[kafka.security]\nsasl_password_typo = 'x'\n", "kafka.security.sasl_password_typo"),
         ("[kafka]\nauto_offset_reset = 'middle'\n", "kafka.auto_offset_reset"),
         ("[kafka]\nmax_poll_records = 0\n", "kafka.max_poll_records: must be >= 1"),
+        ("[kafka]\nmax_partition_fetch_bytes = 0\n", "kafka.max_partition_fetch_bytes: must be >= 1"),
+        ("[kafka]\nmax_partition_fetch_bytes = '4MiB'\n", "kafka.max_partition_fetch_bytes: expected int"),
         ("[kafka]\ncore_process = 'yes'\n", "kafka.core_process: expected bool"),
         ("[kafka]\ntimestamps = 'send'\n", "kafka.timestamps: must be 'record' or 'event'"),
         ("[kafka]\novertake_grace = '-1s'\n", "kafka.overtake_grace: not a duration"),
@@ -71,6 +73,11 @@ def test_example_config_loads_and_passes_security_settings_through() -> None:
 def test_kafka_timestamps_default_to_event_time() -> None:
     assert config_from_dict({}).kafka.timestamps == "event"
     assert config_from_dict({"kafka": {"timestamps": "record"}}).kafka.timestamps == "record"
+
+
+def test_partition_fetches_default_to_four_mebibytes_and_can_be_set() -> None:
+    assert config_from_dict({}).kafka.max_partition_fetch_bytes == 4 * 1024 * 1024
+    assert config_from_dict({"kafka": {"max_partition_fetch_bytes": 1_048_576}}).kafka.max_partition_fetch_bytes == 1_048_576
 
 
 def test_overtake_grace_defaults_to_a_quarter_second_and_can_be_switched_off() -> None:
