@@ -32,9 +32,8 @@ T = TypeVar("T")
 SCHEMA: dict[str, frozenset[str] | None] = {
     "kafka": frozenset({"bootstrap_servers", "group_id", "auto_offset_reset", "checkpoint_interval",
                        "max_poll_records", "max_buffered_records", "max_partition_fetch_bytes", "tick_interval",
-                       "session_timeout",
-                       "instance_id", "security", "shutdown_timeout", "retry_backoff_max", "core_process",
-                       "timestamps", "overtake_grace"}),
+                       "session_timeout", "instance_id", "security", "shutdown_timeout", "retry_backoff_max",
+                       "core_process", "timestamps", "overtake_grace"}),
     "topics": frozenset({"impressions", "clicks", "dead_letter", "checkpoints"}),
     "windows": frozenset({"sizes", "attribution", "allowed_disorder", "idle_timeout", "finalize_step"}),
     "slices": frozenset({"by", "max_values_per_label"}),
