@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-import msgspec
 import numpy as np
 
 from rankwatch.pipeline.errors import RankwatchError
 from rankwatch.pipeline.events.records import SourceRef
-from rankwatch.pipeline.events.validation import _TS_DECODER, MAX_TS_MS, _ts_ms
+from rankwatch.pipeline.events.validation import sniff_ts_ms
 
 CHUNK_BYTES = 1 << 22
 TimesOf = Callable[[str, list[bytes]], np.ndarray]
@@ -38,29 +36,15 @@ STREAM_ORDER = {"impressions": 0, "clicks": 1}
 NO_TS = np.iinfo(np.int64).min
 
 
-def _ts_value(ts: int | datetime) -> int:
-    ms = _ts_ms(ts)
-    return ms if type(ms) is int else NO_TS
-
-
 def sniff_many(lines: list[bytes]) -> np.ndarray:
     """Event times (epoch ms) of ``lines``; :data:`NO_TS` where a line has no valid ``ts``.
 
-    :func:`pipeline.events.validation.sniff_ts_ms` line by line, with the usual in-range integer read inline.
-    One decoder call a line: decoding a chunk's lines joined as one JSON array took twice as long (the join
-    copies every line) and could not tell which line an element came from (a line holding two objects next
-    to two lines closing one object keep the count and put every time between them one line off).
+    :func:`pipeline.events.validation.sniff_ts_ms` line by line. Not the chunk joined as one JSON array and
+    decoded at once: that took longer (the join copies every line) and could not tell which line an element
+    came from (a line holding two objects next to two lines closing one object keep the count and put every
+    time between them one line off).
     """
-    decode = _TS_DECODER.decode
-    times: list[int] = []
-    append = times.append
-    for line in lines:
-        try:
-            ts = decode(line).ts
-        except (msgspec.DecodeError, RecursionError):
-            append(NO_TS)
-            continue
-        append(ts if type(ts) is int and 0 <= ts <= MAX_TS_MS else _ts_value(ts))
+    times = [NO_TS if (ms := sniff_ts_ms(line)) is None else ms for line in lines]
     return np.array(times, dtype=np.int64) if times else np.zeros(0, dtype=np.int64)
 
 

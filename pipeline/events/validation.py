@@ -297,7 +297,7 @@ _TS_DECODER = msgspec.json.Decoder(_WireTs)
 def sniff_ts_ms(raw: bytes) -> int | None:
     """The event time of a raw event in epoch ms, or None when it has no valid ``ts`` (cheap; for ordering)."""
     try:
-        ts = _ts_ms(_TS_DECODER.decode(raw).ts)
+        ts = _event_ts(_TS_DECODER.decode(raw).ts)
     except (msgspec.DecodeError, RecursionError):
         return None
     return ts if type(ts) is int else None
