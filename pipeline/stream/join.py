@@ -22,7 +22,6 @@ reused slot); :meth:`PendingRequests.take_bucket` filters them.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import heapq
 import struct
@@ -34,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rankwatch.pipeline.events.records import Feedback, Impression
-from rankwatch.pipeline.events.validation import Rejection, RejectReason
+from rankwatch.pipeline.events.validation import Rejection, RejectReason, _in_order
 
 SEP = "\x00"  # item ids never contain NUL (validation rejects them)
 USER_KEY_CACHE = 1 << 16  # entries of PendingRequests.user_keys before it is emptied
@@ -189,14 +188,6 @@ def materialize(parts: list[FinalizedLists]) -> FinalizedBatch:
                           None if users is None else np.array(users, dtype=np.int64))
 
 
-@functools.cache
-def positions_in_order(max_items: int) -> tuple[tuple[int, ...], ...]:
-    """``(1, ..., n)`` for every ``n <= max_items``, made once per cap: the batch path's rows compare each
-    list's positions with it, and at 200 items making it took about a quarter of a millisecond, a sixth of
-    a 512-record part's rows."""
-    return tuple(tuple(range(1, n + 1)) for n in range(max_items + 1))
-
-
 class PendingRequests:
     """Pending requests in packed columns, bucketed by finalization deadline."""
 
@@ -220,7 +211,6 @@ class PendingRequests:
         self.buckets: dict[int, list[int]] = {}
         self.bucket_heap: list[int] = []
         self.n_items = 0
-        self._seq = positions_in_order(max_items_per_request)
         # user_id -> user_key_of it, for the batch path: users come back request after request, and the
         # BLAKE2b of each request's user cost about 3 % of the core. Not state (rebuilt on demand);
         # emptied when it reaches USER_KEY_CACHE entries, so it stays bounded (about 4 MB plus the ids).
@@ -247,10 +237,10 @@ class PendingRequests:
         n = len(imp.scores)
         ids, scores, positions = imp.item_ids, imp.scores, imp.positions
         pos_col: array[int] | None = None
-        if positions != self._seq[n]:
+        if positions != _in_order(n):
             # Positions are distinct (validated), so tuples sort by position alone.
             positions, ids, scores = zip(*sorted(zip(positions, ids, scores, strict=True)), strict=True)  # type: ignore[assignment]
-            if positions != self._seq[n]:
+            if positions != _in_order(n):
                 pos_col = array("i", positions)
         packed = _pack_scores(scores) + SEP.join(ids).encode()
         if self.free:

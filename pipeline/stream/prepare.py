@@ -27,15 +27,14 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any, NamedTuple
 
-from rankwatch.pipeline.events.validation import _FEEDBACK_DECODER, _IMPRESSION_DECODER, MAX_GRADE, MAX_TS_MS
-from rankwatch.pipeline.stream.join import (
-    _STRUCTS,
-    SEP,
-    USER_KEY_CACHE,
-    _pack_scores,
-    positions_in_order,
-    user_key_of,
+from rankwatch.pipeline.events.validation import (
+    _FEEDBACK_DECODER,
+    _IMPRESSION_DECODER,
+    MAX_GRADE,
+    MAX_TS_MS,
+    _in_order,
 )
+from rankwatch.pipeline.stream.join import _STRUCTS, SEP, USER_KEY_CACHE, _pack_scores, user_key_of
 
 _IMPRESSION_FIELDS = 7  # event_id, request_id, ts_ms, wire_labels, n_items, packed, user_key
 _FEEDBACK_FIELDS = 5  # event_id, request_id, item_id, ts_ms, grade
@@ -91,7 +90,6 @@ def prepare_rows(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes]
     by = spec.by
     labels_of = operator.attrgetter(*by) if len(by) > 1 else (lambda w: tuple([getattr(w, lbl) for lbl in by]))
     dec_imp, dec_fb = _IMPRESSION_DECODER.decode, _FEEDBACK_DECODER.decode
-    in_order = positions_in_order(max_items)
     by_position = operator.attrgetter("position")
     nul = b"\\u0000"
     backslash = b"\\"  # any JSON escape (the NUL one too) starts with it: one memchr, ~4x cheaper than the search
@@ -123,10 +121,10 @@ def prepare_rows(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes]
                     or w.position is not None or w.score is not None or not 0 < (n := len(items)) <= max_items):
                 slow_impression()
                 continue
-            if tuple([it.position for it in items]) != in_order[n]:
+            if tuple([it.position for it in items]) != _in_order(n):
                 # Items listed out of position order: sorted, they are fine if positions are 1..n.
                 items = sorted(items, key=by_position)
-                if tuple([it.position for it in items]) != in_order[n]:
+                if tuple([it.position for it in items]) != _in_order(n):
                     slow_impression()
                     continue
             rid = w.request_id
