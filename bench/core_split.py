@@ -39,9 +39,14 @@ from rankwatch.pipeline.stream.prepare import prepare_rows  # noqa: E402
 from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor  # noqa: E402
 
 
+def _processor() -> StreamProcessor:
+    """A processor with the replay's default windows (``bench/replay.py``'s ``process_batch`` reference)."""
+    return StreamProcessor(StreamConfig(windows=("5m", "1h")), clock=ManualClock())
+
+
 def split(kinds: list[bool], values: list[bytes], part: int) -> tuple[dict[str, float], Any]:
     """CPU seconds of each stage for one pass over the events, and the processor's stats at the end."""
-    proc = StreamProcessor(StreamConfig(windows=("5m", "1h")), clock=ManualClock())
+    proc = _processor()
     spec, user_keys = proc.batch_spec, proc._pending.user_keys
     gc.collect()
     t = time.process_time()
@@ -70,7 +75,7 @@ def split(kinds: list[bool], values: list[bytes], part: int) -> tuple[dict[str, 
 
 def whole(kinds: list[bool], values: list[bytes]) -> Any:
     """The stats of ``process_batch`` over the same events (what :func:`split` must reach)."""
-    proc = StreamProcessor(StreamConfig(windows=("5m", "1h")), clock=ManualClock())
+    proc = _processor()
     for i in range(0, len(kinds), 4096):
         proc.process_batch(kinds[i:i + 4096], values[i:i + 4096])
     proc.flush()
