@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -49,6 +49,18 @@ from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.stream.staging import ListStaging
 from rankwatch.pipeline.stream.watermark import Watermark
 from rankwatch.pipeline.stream.windows import WindowSet
+
+
+class WindowsElsewhere(Protocol):
+    """Where :meth:`StreamProcessor.offload_windows` hands the aggregation half."""
+
+    published: dict[str, int]  # windows published by size, as ``stats().windows_published`` reports them
+
+    def aggregate(self, batch: FinalizedBatch, combo_keys: list[SliceKey]) -> None:
+        """A staged batch for the kernel; ``combo_keys`` is the processor's table of slice keys (it only grows)."""
+
+    def close(self, horizon_ms: int | None, partitions: tuple[int, ...]) -> None:
+        """Publish the windows that end by ``horizon_ms`` (every window when None)."""
 
 
 class StreamProcessor:
@@ -118,6 +130,8 @@ class StreamProcessor:
         self._detached = 0
         self._experiments = StreamExperiments(cfg.experiments, cfg.metric_options, slice_by=cfg.slice_spec.by,
                                               smallest_window=min(cfg.windows, key=parse_duration_ms))
+        # Where the aggregation half goes (see offload_windows): None, here.
+        self._windows_elsewhere: WindowsElsewhere | None = None
 
     # -- public API ------------------------------------------------------------------------------------
     def process_impression(self, raw: bytes, *, source: SourceRef | None = None) -> list[PublishedWindow]:
@@ -236,7 +250,7 @@ class StreamProcessor:
         self._clk["orphan"] += self._early.expire(2**62)
         for staged in self._staging.complete(None):
             self._aggregate(staged)
-        return self._experiments.windows(self._windows.close(None, self._combo_keys, self.partitions))
+        return self._close(None)
 
     def stats(self) -> StreamStats:
         return StreamStats(
@@ -251,11 +265,35 @@ class StreamProcessor:
             feedback_detached=self._detached,
             label_values={lbl: self._capper.distinct(lbl) for lbl in self._by},
             label_overflow={lbl: self._capper.overflow.get(lbl, 0) for lbl in self._by},
-            windows_published=dict(self._windows.published),
+            windows_published=dict(self._windows.published if self._windows_elsewhere is None
+                                    else self._windows_elsewhere.published),
             dedupe_ids=len(self._seen),
             dedupe_forgotten_at_capacity=self._seen.forgotten_at_capacity,
             experiments=self._experiments.sums(),
         )
+
+    def offload_windows(self, elsewhere: WindowsElsewhere) -> None:
+        """Hand the aggregation half to ``elsewhere`` from now on: each staged batch of finalized requests
+        (:meth:`WindowsElsewhere.aggregate`) and each window close (:meth:`WindowsElsewhere.close`), in the order
+        this processor would have run them, which :meth:`apply_offloaded` runs on a copy of this processor (made
+        before anything was processed), so its windows come out the same. Windows are then published there, not
+        returned here; ``stats().windows_published`` asks ``elsewhere``; a snapshot is refused. Only without
+        experiments (their sums ride in this processor's stats). ``rankwatch replay`` uses it to run the kernel,
+        the windows and the result document in another process (rankwatch/commands/window_worker.py)."""
+        if self._experiments.by_window or self._experiments.by_user:
+            raise ValueError("the windows of a processor with experiments stay in it")
+        self._windows_elsewhere = elsewhere
+
+    def apply_offloaded(self, op: tuple[Any, ...]) -> list[PublishedWindow]:
+        """Run one operation an offloading processor handed on (:meth:`offload_windows`); returns what a close
+        published."""
+        if op[0] == "aggregate":
+            _, batch, new_keys = op
+            self._combo_keys.extend(new_keys)
+            self._aggregate(batch)
+            return []
+        _, horizon, partitions = op
+        return self._experiments.windows(self._windows.close(horizon, self._combo_keys, partitions))
 
     def experiment_data(self, name: str) -> Any:
         """The :class:`pipeline.experiments.data.ExperimentData` of experiment ``name`` as this processor holds it."""
@@ -339,9 +377,17 @@ class StreamProcessor:
             self._aggregate(staged)
         horizon = ws - self._attr
         windows = self._windows
-        if not windows.open or horizon < min(start + windows.sizes_ms[i] for i, start in windows.open):
+        if self._windows_elsewhere is None and (
+                not windows.open or horizon < min(start + windows.sizes_ms[i] for i, start in windows.open)):
             return []  # no open window ends by the horizon: close would publish nothing
-        return self._experiments.windows(windows.close(horizon, self._combo_keys, self.partitions))
+        return self._close(horizon)
+
+    def _close(self, horizon: int | None) -> list[PublishedWindow]:
+        """Publish the windows that end by ``horizon`` (all when None)."""
+        if self._windows_elsewhere is not None:
+            self._windows_elsewhere.close(horizon, self.partitions)
+            return []
+        return self._experiments.windows(self._windows.close(horizon, self._combo_keys, self.partitions))
 
     def _evict(self) -> list[PublishedWindow]:
         """At the pending cap: finalize the earliest bucket now (counted as evicted)."""
@@ -367,6 +413,9 @@ class StreamProcessor:
 
     def _aggregate(self, batch: FinalizedBatch) -> None:
         """One kernel call for the batch; parts per (window starts, slice) go to the window accumulators."""
+        if self._windows_elsewhere is not None:
+            self._windows_elsewhere.aggregate(batch, self._combo_keys)
+            return
         sizes = self._windows.sizes_ms
         ts = batch.ts_ms
         starts = [ts - ts % size for size in sizes]
@@ -398,6 +447,8 @@ class StreamProcessor:
     # -- snapshot --------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         """The whole state as msgpack bytes; :meth:`restore` gives a processor that behaves identically."""
+        if self._windows_elsewhere is not None:
+            raise ValueError("the windows of this processor are elsewhere (offload_windows): no snapshot")
         state = {
             "pending": self._pending.to_state(),
             "early": self._early.to_state(),
@@ -456,4 +507,4 @@ class StreamProcessor:
         return out
 
 
-__all__ = ["StreamConfig", "StreamProcessor", "StreamStats", "RejectReason", "STREAMS", "OUTCOMES"]
+__all__ = ["StreamConfig", "StreamProcessor", "WindowsElsewhere", "StreamStats", "RejectReason", "STREAMS", "OUTCOMES"]

@@ -91,6 +91,7 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
             windows_out: str | None, dead_letter: str | None) -> None:
     """The core's half of :func:`command`: feed ``merge``'s batches, print the result document."""
     from rankwatch.commands.log_reader import batches_with_rows
+    from rankwatch.commands.window_worker import start_window_worker
     from rankwatch.pipeline.clock import ManualClock
     from rankwatch.pipeline.events.deadletter import JsonlDeadLetterSink
     from rankwatch.pipeline.stream.processor import StreamProcessor
@@ -109,6 +110,15 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
             if out_file is not None:
                 out_file.write(json.dumps(w.document()) + "\n")
 
+    def finish() -> dict[str, Any]:
+        if out_file is not None:
+            out_file.flush()
+        return _overall_document(published, config)
+
+    # The kernel, the windows and the result document run in a worker process where they can
+    # (window_worker.py). It is forked now, so ``emit`` and ``finish`` run there on its own copies of
+    # ``published`` and the open ``out_file``: the windows are published, written and summed where they are made.
+    worker = start_window_worker(proc, emit, finish)
     # What is loaded by now (modules, config) outlives the replay: out of the full collections the join's
     # objects trigger (each walked every object, numpy's modules included; unfrozen at the end). The replay's
     # objects are freed by reference counting (no cycles on its paths), so the young collections every 700
@@ -126,6 +136,11 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
                 emit(proc.process_batch(kinds, values, source_of=sources, rows=rows, translated=translated))
                 advance(len(values))
         emit(proc.flush())
+        doc = finish() if worker is None else worker.finish()
+    except BaseException:
+        if worker is not None:
+            worker.stop()
+        raise
     finally:
         if out_file is not None:
             out_file.close()
@@ -133,7 +148,6 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
             sink.close()
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-    doc = _overall_document(published, config)
     summary = _summary(proc.stats())
     if fmt == "json":
         click.echo(json.dumps(doc))

@@ -1,0 +1,242 @@
+"""The aggregation half of a replay in a forked worker process: the kernel, the windows and the result document.
+
+Layout: :func:`start_window_worker` (forks the worker from the core's processor before any event, or returns
+None where the worker cannot run), :class:`WindowWorker` (the core's side: a
+:class:`pipeline.stream.processor.WindowsElsewhere` that ships the processor's staged batches and window closes
+to the worker in order, and collects the worker's result at the end) and :func:`_serve` (the worker: applies them
+to its copy of the processor with :meth:`StreamProcessor.apply_offloaded`, then builds the result document and
+the ``--windows-out`` lines).
+
+Why: a replay's core process was its bottleneck, and about a third of its time went to work that needs only
+the finalized requests (numpy arrays, cheap to hand over) and the order of the window closes: the metric
+kernel, the window merges and, once the input has ended, the result document (docs/benchmarks.md has the
+figures). The log reader's process has spare time on the second core, and the end of a replay had one core
+idle while the core finalized the last attribution window and then built the document. In the worker, that
+work runs beside the join, and the document is built as soon as the last batch is aggregated.
+
+Exactness: the worker is a ``fork`` of the processor before it saw an event, and runs the same methods on the
+same batches in the same order as the processor would have (only the slice-key table is sent along, as it
+grows), so the windows, their float sums and the document are the ones the in-process replay gives; the
+replay tests run both ways.
+
+Priority: while the input lasts, the core's process and the log reader are the critical path, and the worker's
+work can wait; its thread runs at a lowered priority (nice :data:`_BACKGROUND_NICE`), so it takes the time they
+leave on two cores instead of a third of each. Once the core has sent everything, the worker is the critical
+path, and its main thread, at normal priority, takes over (Linux keeps a nice value per thread). Elsewhere the
+worker runs at normal priority.
+
+Bounds: the worker holds at most :data:`_QUEUED_BYTES` of received messages (then the pipe fills and the core's
+sends wait), so memory stays bounded however far the core runs ahead; the core waits for the result only
+while the worker lives; a worker whose core has gone (its end of the pipe closed) drops what it holds and ends.
+Where ``fork`` is unavailable, with experiments, or with ``RANKWATCH_WINDOW_WORKER=inline``, the replay
+aggregates in its own process as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import pickle
+import sys
+import threading
+import traceback
+from collections import deque
+from typing import Any
+
+from rankwatch.consumers.handoff import widen_pipe
+from rankwatch.errors import RankwatchError
+
+_QUEUED_BYTES = 64 << 20  # messages the worker holds received but not yet applied (then the core's sends wait)
+_END = b"end"  # the core's last message: no more operations, send the result
+_RESULT_POLL_S = 1.0  # how often the core, waiting for the result, checks that the worker is alive
+_BACKGROUND_NICE = 10  # the niceness of the worker's thread while the input lasts (Linux: nice is per thread)
+_JOIN_TIMEOUT_S = 5.0
+
+
+def start_window_worker(proc: Any, emit: Any, finish: Any) -> WindowWorker | None:
+    """A worker forked from ``proc`` (a fresh :class:`StreamProcessor`), now holding its aggregation half, or
+    None (module docstring). In the worker, ``emit(windows)`` takes what each close published, and ``finish()``
+    makes the result at the end (picklable: the result document), which :meth:`WindowWorker.finish` returns.
+    Both run in the worker's copy of the caller's memory (a fork): what they change there stays there."""
+    if os.environ.get("RANKWATCH_WINDOW_WORKER", "process") == "inline":
+        return None
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    if proc.config.experiments:  # their sums ride in the processor's stats
+        return None
+    worker = WindowWorker(proc, emit, finish)
+    proc.offload_windows(worker)
+    return worker
+
+
+class WindowWorker:
+    """The core's side of the worker (module docstring)."""
+
+    def __init__(self, proc: Any, emit: Any, finish: Any) -> None:
+        ctx = multiprocessing.get_context("fork")
+        ops_in, self._ops = ctx.Pipe(duplex=False)
+        self._results, results_out = ctx.Pipe(duplex=False)
+        widen_pipe(self._ops)  # a staged batch (a few MB) in a few writes
+        # The worker closes its copies of this side's ends: the core's end closing (or its process ending) is
+        # then the end of the worker's input, and the worker's ending that of the core's results.
+        self._child = ctx.Process(target=_serve, args=(proc, ops_in, results_out, emit, finish,
+                                                       (self._ops, self._results)),
+                                  name="rankwatch-window-worker", daemon=True)
+        self._child.start()
+        ops_in.close()
+        results_out.close()
+        self._pending: list[tuple[Any, ...]] = []
+        self._keys_sent = 0
+        self.published: dict[str, int] = dict.fromkeys(proc.config.windows, 0)
+
+    def aggregate(self, batch: Any, combo_keys: list[Any]) -> None:
+        new_keys = combo_keys[self._keys_sent:]
+        self._keys_sent = len(combo_keys)
+        # the worker needs the arrays only: the request ids stay here
+        self._pending.append(("aggregate", dataclasses.replace(batch, request_ids=[]), new_keys))
+        self._send(pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def close(self, horizon_ms: int | None, partitions: tuple[int, ...]) -> None:
+        self._pending.append(("close", horizon_ms, partitions))  # sent with the next batch (or the end)
+
+    def _send(self, data: bytes) -> None:
+        self._pending = []
+        try:
+            self._ops.send_bytes(data)
+        except OSError:  # the worker has gone: finish() says why
+            pass
+
+    def finish(self) -> Any:
+        """Send what is left, wait for the worker's result (``finish()``) and return it."""
+        if self._pending:
+            self._send(pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL))
+        self._send(_END)
+        self._ops.close()
+        try:
+            while not self._results.poll(_RESULT_POLL_S):  # a bound: the worker's life, not a guess at its speed
+                if not self._child.is_alive():
+                    raise EOFError
+            tag, *payload = pickle.loads(self._results.recv_bytes())
+        except EOFError:
+            self._child.join(_JOIN_TIMEOUT_S)
+            raise RankwatchError(f"the window worker process ended unexpectedly "
+                                 f"(exit status {self._child.exitcode})") from None
+        finally:
+            self._results.close()
+        self._child.join(_JOIN_TIMEOUT_S)
+        if tag == "error":
+            raise RankwatchError(f"the window worker failed: {payload[0]}")
+        self.published, result = payload
+        return result
+
+    def stop(self) -> None:
+        """End the worker if it is still running (an error in the core's process)."""
+        self._ops.close()
+        if self._child.is_alive():
+            self._child.terminate()
+            self._child.join(_JOIN_TIMEOUT_S)
+
+
+class _Inbox:
+    """The worker's received messages, at most :data:`_QUEUED_BYTES` of them (``None``: the pipe closed)."""
+
+    def __init__(self) -> None:
+        self._messages: deque[bytes | None] = deque()
+        self._bytes = 0
+        self._changed = threading.Condition()
+        self.ended = threading.Event()  # the core sent _END: everything it will send is here or on its way
+
+    def put(self, data: bytes | None) -> None:
+        with self._changed:
+            if data is None:  # the core's process has gone: what is queued is dropped, nothing waits on it
+                self._messages.clear()
+                self._bytes = 0
+            else:
+                self._changed.wait_for(lambda: self._bytes < _QUEUED_BYTES)
+                self._bytes += len(data)
+            self._messages.append(data)
+            self._changed.notify_all()
+        if data is None or data == _END:
+            self.ended.set()
+
+    def get(self) -> bytes | None:
+        with self._changed:
+            self._changed.wait_for(lambda: bool(self._messages))
+            data = self._messages.popleft()
+            self._bytes -= 0 if data is None else len(data)
+            self._changed.notify_all()
+            return data
+
+
+def _serve(proc: Any, ops_in: Any, results_out: Any, emit: Any, finish: Any, core_ends: tuple[Any, ...]) -> None:
+    """The worker: apply the core's operations to ``proc`` in order, ``emit`` what they publish; at the end,
+    send ``finish()``.
+
+    While the input lasts the operations are applied by a thread of lowered priority: the core's process and
+    the log reader are the replay's critical path then, and this work can wait, so it takes the time they leave.
+    Once the core has sent everything, the worker is the critical path: the main thread, at normal priority,
+    takes over (on Linux a thread's nice value is its own, and a raised one cannot be lowered again).
+    """
+    for end in core_ends:
+        end.close()
+    inbox = _Inbox()
+
+    def receive() -> None:  # reads the next message while another thread applies one (reads release the GIL)
+        try:
+            while True:
+                data = ops_in.recv_bytes()
+                inbox.put(data)
+                if data == _END:
+                    return
+        except (EOFError, OSError):
+            inbox.put(None)
+
+    outcome: list[Any] = []  # the background thread's: True once it applied everything, or its exception
+
+    def apply(until_ended: bool) -> bool:
+        """Apply messages in order (only until the core has sent everything, when ``until_ended``); True once
+        the last one is applied."""
+        while not (until_ended and inbox.ended.is_set()):
+            data = inbox.get()
+            if data is None:
+                raise EOFError("the replay's core process has gone")
+            if data == _END:
+                return True
+            for op in pickle.loads(data):
+                emit(proc.apply_offloaded(op))
+        return False
+
+    def background() -> None:
+        _lower_priority()
+        try:
+            outcome.append(apply(until_ended=True))
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            outcome.append(e)
+
+    threading.Thread(target=receive, name="rankwatch-window-worker-receive", daemon=True).start()
+    helper = threading.Thread(target=background, name="rankwatch-window-worker-background", daemon=True)
+    helper.start()
+    try:
+        helper.join()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        if not outcome[0]:
+            apply(until_ended=False)  # the rest, at normal priority
+        result = finish()
+        results_out.send_bytes(pickle.dumps(("done", proc.stats().windows_published, result),
+                                            protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception as e:  # noqa: BLE001 - reported to the core's process, which names it
+        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+        with contextlib.suppress(OSError):  # the core's process has gone: nobody to tell
+            results_out.send_bytes(pickle.dumps(("error", detail)))
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's priority, where a nice value belongs to a thread (Linux); else nothing."""
+    if sys.platform.startswith("linux") and hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _BACKGROUND_NICE)
+        except OSError:
+            pass

@@ -1,0 +1,104 @@
+"""``StreamProcessor.offload_windows``: the aggregation half run on a copy gives the windows of the processor itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import random
+from typing import Any
+
+import pytest
+
+from rankwatch.pipeline.clock import ManualClock
+from rankwatch.pipeline.events.deadletter import ListDeadLetterSink
+from rankwatch.pipeline.experiments.spec import ExperimentSpec
+from rankwatch.pipeline.slicing import SliceSpec
+from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor
+from tests.pipeline.stream.test_stream_batch import CFG, _dense
+
+# Wider windows than CFG's and more slice values: windows of two sizes are closed by the watermark, new slice keys
+# turn up after the first batches (the key table is sent as it grows).
+CFG_WIDE = dataclasses.replace(CFG, max_pending_requests=10_000, dedupe_capacity=10_000, finalized_memory=10_000,
+                               slice_spec=SliceSpec(by=("segment",), max_values_per_label=10))
+
+
+class Copy:
+    """What rankwatch/commands/window_worker.py does across processes, in one: the operations are pickled (as
+    they travel) and applied, in order, to a processor of the same configuration that saw no event (the worker
+    is a fork of the fresh processor)."""
+
+    def __init__(self, proc: StreamProcessor) -> None:
+        self.twin = StreamProcessor(proc.config, clock=ManualClock())
+        self.published: dict[str, int] = {}
+        self.windows: list[Any] = []
+        self.sent = 0
+
+    def aggregate(self, batch: Any, combo_keys: list[Any]) -> None:
+        self._apply(("aggregate", dataclasses.replace(batch, request_ids=[]), combo_keys[self.sent:]))
+        self.sent = len(combo_keys)
+
+    def close(self, horizon_ms: int | None, partitions: tuple[int, ...]) -> None:
+        self._apply(("close", horizon_ms, partitions))
+
+    def _apply(self, op: tuple[Any, ...]) -> None:
+        self.windows += self.twin.apply_offloaded(pickle.loads(pickle.dumps(op)))
+        self.published = self.twin.stats().windows_published
+
+
+def _run(config: StreamConfig, seq: list[tuple[bool, bytes, int]], offload: bool, batch: int) -> Any:
+    sink = ListDeadLetterSink()
+    proc = StreamProcessor(config, clock=ManualClock(), dead_letters=sink)
+    elsewhere = Copy(proc) if offload else None
+    if elsewhere is not None:
+        proc.offload_windows(elsewhere)
+    out: list[Any] = []
+    for a in range(0, len(seq), batch):
+        part = seq[a:a + batch]
+        out += proc.process_batch([k for k, _, _ in part], [r for _, r, _ in part])
+    out += proc.flush()
+    if elsewhere is not None:
+        assert out == []  # published elsewhere
+        out = elsewhere.windows
+    return [w.document() for w in out], proc.stats(), [(d.stream, d.reason, d.detail) for d in sink.letters]
+
+
+def _drifting(rng: random.Random, n: int) -> list[tuple[bool, bytes, int]]:
+    """:func:`_dense`'s events spread over ``n / 2`` seconds (each moved by its place in the sequence, keeping
+    some disorder), with a new segment every 40 events: windows of both sizes close, and slice keys turn up
+    after the first batches were aggregated."""
+    out = []
+    for i, (kind, raw, p) in enumerate(_dense(rng, n)):
+        doc = json.loads(raw) if raw != b"{" else None
+        if doc is None:
+            out.append((kind, raw, p))
+            continue
+        if isinstance(doc.get("ts"), int):
+            doc["ts"] += 500 * i
+        if kind and "segment" in doc:
+            doc["segment"] = f"v{i // 40}"
+        out.append((kind, json.dumps(doc).encode(), p))
+    return out
+
+
+@pytest.mark.parametrize("config", [CFG, CFG_WIDE], ids=["small caps", "wide"])
+def test_windows_made_on_a_copy_equal_the_processors_own(config: StreamConfig) -> None:
+    for seed in range(30):
+        rng = random.Random(seed)
+        seq = _drifting(rng, 400)
+        batch = rng.choice([1, 5, 64, 10_000])
+        here, there = _run(config, seq, False, batch), _run(config, seq, True, batch)
+        assert there == here, seed
+        assert here[0], seed  # windows were published
+
+
+def test_experiments_and_snapshots_stay_with_the_processor() -> None:
+    spec = ExperimentSpec(name="e")
+    by_variant = dataclasses.replace(CFG, slice_spec=SliceSpec(by=("variant",)), experiments=(spec,))
+    proc = StreamProcessor(by_variant, clock=ManualClock())
+    with pytest.raises(ValueError, match="experiments"):
+        proc.offload_windows(Copy(proc))
+    plain = StreamProcessor(CFG, clock=ManualClock())
+    plain.offload_windows(Copy(plain))
+    with pytest.raises(ValueError, match="elsewhere"):
+        plain.snapshot()
