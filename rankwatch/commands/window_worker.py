@@ -105,8 +105,9 @@ class WindowWorker:
         self._pending = []
         try:
             self._ops.send_bytes(data)
-        except OSError:  # the worker has gone: finish() says why
-            pass
+        except OSError:  # the worker has gone (it failed, or was killed): say why now, not at the end
+            self._ops.close()
+            self._result()
 
     def finish(self) -> Any:
         """Send what is left, wait for the worker's result (``finish()``) and return it."""
@@ -114,9 +115,13 @@ class WindowWorker:
             self._send(pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL))
         self._send(_END)
         self._ops.close()
+        return self._result()
+
+    def _result(self) -> Any:
+        """The worker's answer: its result, or a :class:`RankwatchError` naming why it has none."""
         try:
             while not self._results.poll(_RESULT_POLL_S):  # a bound: the worker's life, not a guess at its speed
-                if not self._child.is_alive():
+                if not self._child.is_alive() and not self._results.poll(0):
                     raise EOFError
             tag, *payload = pickle.loads(self._results.recv_bytes())
         except EOFError:

@@ -122,3 +122,21 @@ def test_inline_mode_and_experiments_keep_the_windows_here(monkeypatch: pytest.M
     assert start_window_worker(StreamProcessor(with_experiment, clock=ManualClock()), print, dict) is None
     monkeypatch.setenv("RANKWATCH_WINDOW_WORKER", "inline")
     assert start_window_worker(StreamProcessor(StreamConfig(), clock=ManualClock()), print, dict) is None
+
+
+def test_a_failed_worker_stops_the_core_at_its_next_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only at the end: once the pipe to a failed worker is full (1 MiB), the core's next send raises."""
+    import numpy as np
+
+    from rankwatch.errors import RankwatchError
+    from rankwatch.pipeline.stream.join import FinalizedBatch
+
+    monkeypatch.setattr(StreamProcessor, "apply_offloaded", _failing_apply("raises"))
+    _, worker = _started_worker()
+    n = 1 << 16
+    batch = FinalizedBatch([], np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(n), np.zeros(n),
+                           np.array([0, n], np.int64))
+    with pytest.raises(RankwatchError, match="the window worker failed: ValueError: no such slice"):
+        for _ in range(1000):  # 1 MiB each: the worker fails on the first, the pipe fills within a few
+            worker.aggregate(batch, [])
+    _wait_until_ended(worker)
