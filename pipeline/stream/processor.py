@@ -284,6 +284,20 @@ class StreamProcessor:
             raise ValueError("the windows of a processor with experiments stay in it")
         self._windows_elsewhere = elsewhere
 
+    def count_only_windows(self, labels: Sequence[str]) -> None:
+        """Before any event: windows of the sizes ``labels`` are counted in ``stats().windows_published`` but not
+        summed, and not returned when published (their kernel parts are not added: for a caller that reads only
+        the other sizes, as ``rankwatch replay`` reads only the largest without ``--windows-out``). Not with
+        experiments (request-unit ones read the smallest size's windows); a snapshot is refused."""
+        if self._experiments.by_window or self._experiments.by_user:
+            raise ValueError("experiments read the windows: every size is summed")
+        if self._windows.open:
+            raise ValueError("windows are open already: count_only_windows comes before any event")
+        unknown = set(labels) - set(self._windows.labels)
+        if unknown:
+            raise ValueError(f"no such window size: {', '.join(sorted(unknown))}")
+        self._windows.counted_only = frozenset(i for i, lbl in enumerate(self._windows.labels) if lbl in labels)
+
     def apply_offloaded(self, op: tuple[Any, ...]) -> list[PublishedWindow]:
         """Run one operation an offloading processor handed on (:meth:`offload_windows`); returns what a close
         published."""

@@ -123,7 +123,12 @@ class OpenWindow:
 
 
 class WindowSet:
-    """All open windows of all sizes, keyed by ``(size index, start_ms)``."""
+    """All open windows of all sizes, keyed by ``(size index, start_ms)``.
+
+    Sizes in ``counted_only`` (indexes) are opened, closed and counted in ``published`` as the others, but hold no
+    sums and publish no :class:`PublishedWindow`: for a caller that reads only the other sizes' windows
+    (``rankwatch replay`` without ``--windows-out`` reads only the largest).
+    """
 
     def __init__(self, windows: tuple[str, ...], options: MetricOptions) -> None:
         self.labels = tuple(windows)
@@ -131,13 +136,17 @@ class WindowSet:
         if len(set(self.sizes_ms)) != len(self.sizes_ms):
             raise ValueError("window sizes must be distinct")
         self.options = options
-        self.open: dict[tuple[int, int], OpenWindow] = {}
+        self.open: dict[tuple[int, int], OpenWindow | None] = {}  # None: a window of a counted-only size
         self.published: dict[str, int] = {w: 0 for w in self.labels}
+        self.counted_only: frozenset[int] = frozenset()
 
     def add(self, size_index: int, start_ms: int, combo: int, part: RankingAggregate) -> None:
         key = (size_index, start_ms)
         win = self.open.get(key)
         if win is None:
+            if size_index in self.counted_only:
+                self.open[key] = None
+                return
             win = self.open[key] = OpenWindow(SliceAccumulator(self.options))
         win.overall.add(part)
         acc = win.slices.get(combo)
@@ -157,6 +166,9 @@ class WindowSet:
         out = []
         for _end, _, i, start in sorted(due):
             win = self.open.pop((i, start))
+            if win is None:  # counted only
+                self.published[self.labels[i]] += 1
+                continue
             slices: dict[SliceKey, RankingAggregate] = {}
             for combo, acc in win.slices.items():
                 key = slice_keys[combo]
@@ -177,9 +189,11 @@ class WindowSet:
         return out
 
     def to_state(self) -> list[Any]:
+        if self.counted_only:
+            raise ValueError("windows counted only have no state to save")
         return [
             [i, start, win.overall.to_state(), [[c, acc.to_state()] for c, acc in win.slices.items()]]
-            for (i, start), win in self.open.items()
+            for (i, start), win in self.open.items() if win is not None
         ]
 
     def load_state(self, state: list[Any], published: dict[str, int]) -> None:

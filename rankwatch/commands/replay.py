@@ -101,6 +101,8 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
     # With --config the processor reads the team's schema: it takes the reader's translations (translating a
     # line itself only where none was kept) and dead-letters a line as it was written.
     proc = StreamProcessor(config, clock=clock, dead_letters=sink, translator=translator)
+    if windows_out is None:  # the result document reads the largest windows only: the others are counted, not summed
+        proc.count_only_windows([w for w in config.windows if w != _largest(config)])
     out_file: IO[str] | None = open(windows_out, "a", encoding="utf-8") if windows_out else None  # noqa: SIM115
     published: list[Any] = []
 
@@ -279,6 +281,13 @@ class _progress:
             self._bar.stop()
 
 
+def _largest(config: Any) -> str:
+    """The window size whose windows the result document merges."""
+    from rankwatch.pipeline.stream.durations import parse_duration_ms
+
+    return max(config.windows, key=parse_duration_ms)  # type: ignore[no-any-return]
+
+
 def _overall_document(published: list[Any], config: Any) -> dict[str, Any]:
     """The result document over the whole replay: the windows of the largest size merged.
 
@@ -290,9 +299,8 @@ def _overall_document(published: list[Any], config: Any) -> dict[str, Any]:
 
     from rankwatch.pipeline.metrics.aggregates import RankingAggregate
     from rankwatch.pipeline.metrics.result import result_document
-    from rankwatch.pipeline.stream.durations import parse_duration_ms
 
-    largest = max(config.windows, key=parse_duration_ms)
+    largest = _largest(config)
     overall = RankingAggregate(config.metric_options)
     slices: dict[Any, RankingAggregate] = {}
     for w in published:

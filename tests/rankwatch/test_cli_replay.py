@@ -245,3 +245,19 @@ def test_kept_translations_are_handed_on_once_each() -> None:
     assert translator.calls == 5 and not kept._kept  # each kept once, by (line, stream)
     assert kept.take([True], [b"9"]).single == [b'{"ts": 9, "s": "impressions"}'] and translator.calls == 6
     assert kept.ts_of("clicks", [b"not a number"[:0] + b"{}"]).tolist() == [NO_TS]
+
+
+def test_without_windows_out_the_smaller_windows_are_counted_and_the_result_is_the_same(logs, tmp_path, capsys):
+    """Without ``--windows-out`` only the largest windows are summed (the result document reads no other); the
+    document and the summary (windows published of every size) are those of the replay that writes them all."""
+    d, _, _ = logs
+    args = ["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-2.jsonl"),
+            "--format", "json", "--window", "10m,1h"]
+    assert main([*args, "--windows-out", str(tmp_path / "windows.jsonl")]) == 0
+    written = capsys.readouterr()
+    assert main(args) == 0
+    counted = capsys.readouterr()
+    assert counted.out == written.out and counted.err == written.err
+    sizes = [json.loads(line)["window"] for line in (tmp_path / "windows.jsonl").read_text().splitlines()]
+    assert sizes.count("10m") > sizes.count("1h") > 0
+    assert f"windows published: 10m {sizes.count('10m')}, 1h {sizes.count('1h')}" in counted.err

@@ -102,3 +102,42 @@ def test_experiments_and_snapshots_stay_with_the_processor() -> None:
     plain.offload_windows(Copy(plain))
     with pytest.raises(ValueError, match="elsewhere"):
         plain.snapshot()
+
+
+def _published(config: StreamConfig, seq: list[tuple[bool, bytes, int]], counted_only: list[str]) -> Any:
+    proc = StreamProcessor(config, clock=ManualClock())
+    if counted_only:
+        proc.count_only_windows(counted_only)
+    out: list[Any] = []
+    for a in range(0, len(seq), 64):
+        part = seq[a:a + 64]
+        out += proc.process_batch([k for k, _, _ in part], [r for _, r, _ in part])
+    out += proc.flush()
+    return [w.document() for w in out], proc.stats()
+
+
+def test_windows_counted_only_are_counted_and_the_others_unchanged() -> None:
+    for seed in range(20):
+        seq = _drifting(random.Random(seed), 400)
+        (every, stats), (some, counted_stats) = _published(CFG_WIDE, seq, []), _published(CFG_WIDE, seq, ["10s"])
+        assert some == [w for w in every if w["window"] == "1m"], seed
+        assert counted_stats == stats, seed  # windows_published counts the 10s windows too
+        assert stats.windows_published["10s"] > stats.windows_published["1m"] > 0, seed
+
+
+def test_counting_only_is_decided_before_any_event_and_without_experiments() -> None:
+    proc = StreamProcessor(CFG_WIDE, clock=ManualClock())
+    with pytest.raises(ValueError, match="no such window size: 5m"):
+        proc.count_only_windows(["5m"])
+    proc.count_only_windows(["10s"])
+    with pytest.raises(ValueError, match="no state"):
+        proc.snapshot()
+    seq = _drifting(random.Random(1), 200)
+    late = StreamProcessor(CFG_WIDE, clock=ManualClock())
+    late.process_batch([k for k, _, _ in seq], [r for _, r, _ in seq])
+    with pytest.raises(ValueError, match="before any event"):
+        late.count_only_windows(["10s"])
+    spec = ExperimentSpec(name="e")
+    by_variant = dataclasses.replace(CFG, slice_spec=SliceSpec(by=("variant",)), experiments=(spec,))
+    with pytest.raises(ValueError, match="experiments"):
+        StreamProcessor(by_variant, clock=ManualClock()).count_only_windows(["10s"])
