@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -48,19 +48,7 @@ from rankwatch.pipeline.stream.prepare import BatchSpec, PreparedRows
 from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.stream.staging import ListStaging
 from rankwatch.pipeline.stream.watermark import Watermark
-from rankwatch.pipeline.stream.windows import WindowSet
-
-
-class WindowsElsewhere(Protocol):
-    """Where :meth:`StreamProcessor.offload_windows` hands the aggregation half."""
-
-    published: dict[str, int]  # windows published by size, as ``stats().windows_published`` reports them
-
-    def aggregate(self, batch: FinalizedBatch, combo_keys: list[SliceKey]) -> None:
-        """A staged batch for the kernel; ``combo_keys`` is the processor's table of slice keys (it only grows)."""
-
-    def close(self, horizon_ms: int | None, partitions: tuple[int, ...]) -> None:
-        """Publish the windows that end by ``horizon_ms`` (every window when None)."""
+from rankwatch.pipeline.stream.windows import WindowsElsewhere, WindowSet
 
 
 class StreamProcessor:

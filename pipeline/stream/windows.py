@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -120,6 +120,18 @@ class OpenWindow:
 
     overall: SliceAccumulator
     slices: dict[int, SliceAccumulator] = field(default_factory=dict)
+
+
+class WindowsElsewhere(Protocol):
+    """Where :meth:`StreamProcessor.offload_windows` hands the aggregation half."""
+
+    published: dict[str, int]  # windows published by size, as ``stats().windows_published`` reports them
+
+    def aggregate(self, batch: FinalizedBatch, combo_keys: list[SliceKey]) -> None:
+        """A staged batch for the kernel; ``combo_keys`` is the processor's table of slice keys (it only grows)."""
+
+    def close(self, horizon_ms: int | None, partitions: tuple[int, ...]) -> None:
+        """Publish the windows that end by ``horizon_ms`` (every window when None)."""
 
 
 class WindowSet:
