@@ -16,6 +16,12 @@ items by group, then score, negatives before positives within a tie. Runs of equ
 give the counts, and cumulative sums give every positive's negatives below. The prefix is exact unless
 two distinct scores share one; that is checked globally on the sorted distinct scores, and only the
 buckets where it happens are recomputed from the true scores (a lexsort of those few items).
+
+Without a :class:`ScoreImage` shared between calls, :func:`group_auc` first sorts the keys alone: only the
+``(group, prefix)`` buckets of several items (ties, or distinct scores sharing a prefix) can be miscounted,
+pairs being counted within a group only, so when they are few their terms are recounted from the true scores
+and the global sort of every score is saved (1.6-1.8x faster on 2 M items of distinct floats, float32 or
+4-decimal scores); when many items tie, the image is built as above and the keys already sorted are reused.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ BoolArray = npt.NDArray[np.bool_]
 _U64 = np.uint64
 _MIN_PREFIX_BITS = 24  # below this many score bits (over ~2^38 groups) use the exact lexsort
 _BLOCK = 1 << 16  # items per block of the passes done in cache-sized pieces
+# group_auc without a shared image sorts only its keys while at most this share of the items lie in buckets of
+# several items (ties, or scores sharing a prefix); beyond it (many ties) the image's way is cheaper.
+_ONE_SORT_SUSPECTS = 1 / 16
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,63 @@ def group_auc(
         raise ValueError("group ids must lie in range(n_groups)")
     pos = np.bincount(grp[rel], minlength=n_groups).astype(np.int64)
     size = np.bincount(grp, minlength=n_groups).astype(np.int64)
+    if image is None:
+        one_sort = _group_auc_one_sort(grp, np.ascontiguousarray(scores, dtype=np.float64), rel, pos, size)
+        if isinstance(one_sort, GroupAuc):
+            return one_sort
+        if one_sort is not None:  # many ties: the image finds which buckets two distinct scores share
+            return _group_auc(grp, pos, size, ScoreImage.of(scores, rel, n_groups), sorted_keys=one_sort)
     return _group_auc(grp, pos, size, image or ScoreImage.of(scores, rel, n_groups))
+
+
+def _group_auc_one_sort(grp: IntArray, sc: FloatArray, rel: BoolArray, pos: IntArray,
+                        size: IntArray) -> GroupAuc | tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]] | None:
+    """:func:`group_auc` with one sort, when no image is shared: the keys' sort alone, then the exact terms of the
+    few ``(group, prefix)`` buckets that hold several items. None (the caller builds the image and the keys) when
+    the scores leave too few prefix bits; when those items exceed :data:`_ONE_SORT_SUSPECTS` of all (many ties),
+    the sorted keys and the items' buckets in input order, for :func:`_group_auc` with an image.
+
+    Why it is exact: pairs are counted within a group only, and the key sort orders a group's items by score
+    prefix, negatives before positives within a prefix. So every pair across two buckets of a group is counted
+    as by the scores, and the only miscounted pairs lie inside a bucket of several items (a tie, or two distinct
+    scores sharing a prefix). Those buckets' counted terms (``pos * neg``: every negative below every positive)
+    are replaced by the exact ones, from the items' true scores (ties one half), as :func:`_group_auc` does for
+    its image's affected items. The image's own sort of every score (only to find ties and shared prefixes
+    anywhere, across groups too) is what this saves: on typical scores (distinct floats) about 45 % of the call.
+    """
+    n_groups = int(pos.size)
+    prefix_bits = 63 - max(int(n_groups - 1).bit_length(), 1)
+    if prefix_bits < _MIN_PREFIX_BITS:
+        return None
+    numerator = np.zeros(n_groups)
+    if sc.size == 0 or not np.any((pos > 0) & (pos < size)):
+        return GroupAuc(pos, size - pos, numerator)
+    bucket = _orderable(sc)  # in place below: the score prefix, then the group above it
+    bucket >>= _U64(64 - prefix_bits)
+    bucket |= (grp << prefix_bits).view(_U64)
+    keys = bucket << _U64(1)
+    keys |= rel
+    keys.sort()
+    shared = np.flatnonzero((keys[1:] >> _U64(1)) == (keys[:-1] >> _U64(1)))  # item i and i + 1 share a bucket
+    if 2 * shared.size > _ONE_SORT_SUSPECTS * keys.size:  # at least shared.size + 1 such items: many ties
+        return keys, bucket
+    numerator += _numerators_of_sorted(keys, pos, size)
+    if shared.size == 0:
+        return GroupAuc(pos, size - pos, numerator)
+    in_run = np.zeros(keys.size, dtype=bool)
+    in_run[shared] = True
+    in_run[shared + 1] = True
+    run_bucket, run_pos, run_neg = _runs(keys[in_run] >> _U64(1), (keys[in_run] & _U64(1)).astype(np.int64))
+    numerator -= np.bincount((run_bucket >> _U64(prefix_bits)).astype(np.int64), weights=run_pos * run_neg,
+                             minlength=n_groups)
+    # The items of those buckets, in input order: a bucket's value looked up among the (sorted) run buckets.
+    at = np.minimum(np.searchsorted(run_bucket, bucket), run_bucket.size - 1)
+    items = np.flatnonzero(run_bucket[at] == bucket)
+    item_bucket = bucket[items].astype(np.int64)
+    order = np.lexsort((sc[items], item_bucket))
+    e_ids, e_num = _sorted_runs(item_bucket[order], sc[items][order], rel[items][order])
+    numerator += np.bincount(e_ids >> prefix_bits, weights=e_num, minlength=n_groups)
+    return GroupAuc(pos, size - pos, numerator)
 
 
 def request_group_auc(
@@ -161,8 +226,11 @@ def request_group_auc(
 
 
 def _group_auc(
-    grp: IntArray | None, pos: IntArray, size: IntArray, image: ScoreImage, *, keys: npt.NDArray[np.uint64] | None = None
+    grp: IntArray | None, pos: IntArray, size: IntArray, image: ScoreImage, *, keys: npt.NDArray[np.uint64] | None = None,
+    sorted_keys: tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]] | None = None,
 ) -> GroupAuc:
+    """The counts from ``image`` (see the module notes). ``sorted_keys``: the keys already sorted, with every
+    item's bucket (``key >> 1``) in input order, as :func:`_group_auc_one_sort` leaves them."""
     n_groups = int(pos.size)
     numerator = np.zeros(n_groups)
     n_items = grp.size if grp is not None else (keys.size if keys is not None else 0)
@@ -179,13 +247,17 @@ def _group_auc(
         order = np.lexsort((image.scores, grp))
         ids, num = _sorted_runs(grp[order], image.scores[order], image.relevant[order])
         return GroupAuc(pos, size - pos, numerator + np.bincount(ids, weights=num, minlength=n_groups))
-    if keys is None:
-        assert grp is not None
-        keys = (grp << (prefix_bits + 1)).view(_U64) | image.low
-    # The keys are built for this call: sort them in place (the affected items' buckets are read first).
-    affected_bucket = keys[image.affected] >> _U64(1) if image.affected.size else None
-    keys.sort()
-    ordered = keys
+    if sorted_keys is not None:
+        ordered, bucket_of = sorted_keys
+        affected_bucket = bucket_of[image.affected] if image.affected.size else None
+    else:
+        if keys is None:
+            assert grp is not None
+            keys = (grp << (prefix_bits + 1)).view(_U64) | image.low
+        # The keys are built for this call: sort them in place (the affected items' buckets are read first).
+        affected_bucket = keys[image.affected] >> _U64(1) if image.affected.size else None
+        keys.sort()
+        ordered = keys
     numerator += _numerators_of_sorted(ordered, pos, size)
     tie_share = 1.0  # what the sort counted for each positive/negative pair inside one bucket
     if image.has_ties:

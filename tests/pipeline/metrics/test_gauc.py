@@ -46,23 +46,49 @@ def random_scores(rng: np.random.Generator, n: int, kind: int) -> np.ndarray:
     return s
 
 
-@pytest.mark.parametrize("exact_path", [False, True])
-def test_group_auc_against_sklearn(monkeypatch: pytest.MonkeyPatch, exact_path: bool) -> None:
-    if exact_path:  # the lexsort path used when a group id leaves too few bits for the score
+@pytest.mark.parametrize("way", ["as chosen", "one sort always", "image after the keys' sort", "image", "lexsort"])
+def test_group_auc_against_sklearn(monkeypatch: pytest.MonkeyPatch, way: str) -> None:
+    """Each way of counting: the keys' sort with the shared buckets recounted (``one sort``, what a call without
+    an image takes unless many items tie), a score image's (ties and shared prefixes found over all scores) on the
+    keys already sorted (when many tie) or on its own (the offline kernel shares one between its calls), and the
+    lexsort used when a group id leaves too few bits for the score."""
+    if way == "lexsort":
         monkeypatch.setattr(gauc_module, "_MIN_PREFIX_BITS", 70)
+    if way == "one sort always":
+        monkeypatch.setattr(gauc_module, "_ONE_SORT_SUSPECTS", 2.0)
+    if way == "image after the keys' sort":
+        monkeypatch.setattr(gauc_module, "_ONE_SORT_SUSPECTS", -1.0)
     rng = np.random.default_rng(3)
-    for trial in range(60):
+    for trial in range(150):
         n, n_groups = int(rng.integers(1, 300)), int(rng.integers(1, 25))
         groups = rng.integers(0, n_groups, n)
         scores = random_scores(rng, n, trial % 3)
         relevant = rng.random(n) < rng.choice([0.05, 0.4, 0.95])
-        auc = group_auc(groups, scores, relevant, n_groups).auc()
+        image = ScoreImage.of(scores, relevant, n_groups) if way == "image" else None
+        auc = group_auc(groups, scores, relevant, n_groups, image=image).auc()
         for g in range(n_groups):
             m = groups == g
             if m.any() and 0 < relevant[m].sum() < m.sum():
                 assert auc[g] == pytest.approx(roc_auc_score(relevant[m], scores[m]), abs=1e-12)
             else:
                 assert np.isnan(auc[g])
+
+
+def test_one_sort_and_the_image_agree_exactly_on_large_inputs() -> None:
+    """The two ways to the same counts, bit for bit, on inputs large enough for the limit on shared buckets to
+    choose either: distinct floats (one sort), a few ties among them (one sort, recounted), many ties (image)."""
+    rng = np.random.default_rng(7)
+    for ties in (0.0, 0.01, 0.5):
+        n, n_groups = 200_000, 3_000
+        groups = np.repeat(rng.integers(0, n_groups, n // 20), 20)
+        scores = rng.random(n)
+        tied = rng.random(n) < ties
+        scores[tied] = np.round(scores[tied], 2)
+        relevant = rng.random(n) < 0.1
+        chosen = group_auc(groups, scores, relevant, n_groups)
+        via_image = group_auc(groups, scores, relevant, n_groups, image=ScoreImage.of(scores, relevant, n_groups))
+        assert np.array_equal(chosen.pos, via_image.pos) and np.array_equal(chosen.neg, via_image.neg)
+        assert np.array_equal(chosen.numerator, via_image.numerator)  # sums of halves: exact in any order
 
 
 def test_empty_and_one_class_inputs() -> None:
