@@ -10,8 +10,9 @@ process, and of its reaped children apart: the replay's log reader and window wo
   order, in batches of 4,096;
 - ``replay``: the ``rankwatch replay --format json`` command on the two files (reading, merging, the core,
   the final result document), in this process;
-- ``replay, 1 worker less``: the same with ``RANKWATCH_WINDOW_WORKER=inline`` (the kernel, the windows and the
-  document in the core's process, as before the window worker): what the worker gains, in the same run;
+- ``replay, worker on`` or ``replay, worker off``: the same with the window worker in the other mode than the
+  default (``RANKWATCH_WINDOW_WORKER=process`` where the default leaves it off, below three CPUs, else
+  ``=inline``): what the worker gains or costs here, in the same run;
 - with ``--mapped``, ``replay --config``: the same events written in a team's nested list shape
   (``stream_core.TEAM_FIELDS``, JSON) and replayed with the config that maps them, printed as a ratio to
   the native replay.
@@ -44,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stream_core import build_events  # noqa: E402
 
 from rankwatch.cli import main as cli_main  # noqa: E402
+from rankwatch.commands.window_worker import _MIN_CPUS as MIN_CPUS  # noqa: E402
+from rankwatch.commands.window_worker import _usable_cpus  # noqa: E402
 from rankwatch.pipeline.clock import ManualClock  # noqa: E402
 from rankwatch.pipeline.events.logs import EventLogMerge  # noqa: E402
 from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor  # noqa: E402
@@ -107,8 +110,11 @@ def main() -> None:
                 raise SystemExit(f"replay failed: {err.getvalue()}")
             json.loads(out.getvalue())
 
-        def replay_inline() -> None:
-            os.environ["RANKWATCH_WINDOW_WORKER"] = "inline"
+        worker_by_default = _usable_cpus() >= MIN_CPUS
+        other = "replay, worker off" if worker_by_default else "replay, worker on"
+
+        def replay_other_mode() -> None:
+            os.environ["RANKWATCH_WINDOW_WORKER"] = "inline" if worker_by_default else "process"
             try:
                 replay(["--impressions", str(imp), "--clicks", str(clk)])
             finally:
@@ -116,7 +122,7 @@ def main() -> None:
 
         fns = {"json.loads": loads, "process_batch": core,
                "replay": lambda: replay(["--impressions", str(imp), "--clicks", str(clk)]),
-               "replay, 1 worker less": replay_inline}
+               other: replay_other_mode}
         if mapped_args:
             fns["replay --config"] = lambda: replay(mapped_args)
         times: dict[str, list[tuple[float, float, float]]] = {k: [] for k in fns}
@@ -129,12 +135,13 @@ def main() -> None:
     for k, (wall, cpu, child) in med.items():
         print(f"  {k:22s} {wall:7.2f} {args.requests / wall:9,.0f} {cpu:7.2f} {child:12.2f}")
     wall = {k: v[0] for k, v in med.items()}
+    on, off = ("replay", other) if worker_by_default else (other, "replay")
     print(f"by wall: replay / json.loads = {wall['json.loads'] / wall['replay']:.2f}x, "
-          f"replay / process_batch = {wall['process_batch'] / wall['replay']:.2f}x; "
-          f"the window worker's gain: {wall['replay, 1 worker less'] / wall['replay']:.2f}x")
+          f"replay / process_batch = {wall['process_batch'] / wall['replay']:.2f}x "
+          f"(window worker {'on' if worker_by_default else 'off'} by default: {_usable_cpus()} CPUs); "
+          f"the worker's gain here: {wall[off] / wall[on]:.2f}x")
     print(f"CPU s of all the replay's processes: {med['replay'][1] + med['replay'][2]:.2f}, "
-          f"1 worker less: {med['replay, 1 worker less'][1] + med['replay, 1 worker less'][2]:.2f} "
-          f"(json.loads: {med['json.loads'][1]:.2f})")
+          f"{other}: {med[other][1] + med[other][2]:.2f} (json.loads: {med['json.loads'][1]:.2f})")
     if "replay --config" in med:
         print(f"replay --config (nested list shape) / replay (native), wall: "
               f"{med['replay'][0] / med['replay --config'][0]:.2f}x")

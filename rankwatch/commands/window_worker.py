@@ -28,8 +28,11 @@ worker runs at normal priority.
 Bounds: the worker holds at most :data:`_QUEUED_BYTES` of received messages (then the pipe fills and the core's
 sends wait), so memory stays bounded however far the core runs ahead; the core waits for the result only
 while the worker lives; a worker whose core has gone (its end of the pipe closed) drops what it holds and ends.
-Where ``fork`` is unavailable, with experiments, or with ``RANKWATCH_WINDOW_WORKER=inline``, the replay
-aggregates in its own process as before.
+When it runs: by default where the replay may use three CPUs or more (:data:`_MIN_CPUS`). On two, the replay's
+three processes are bound by their total CPU, which the worker moves but does not cut: whole replays with and
+without it were even (paired medians 0.95-1.04 over 34 alternations, docs/benchmarks.md), so it stays off there.
+``RANKWATCH_WINDOW_WORKER=process`` runs it whatever the CPUs, ``=inline`` never; where ``fork`` is unavailable
+or with experiments, the replay aggregates in its own process.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ _END = b"end"  # the core's last message: no more operations, send the result
 _RESULT_POLL_S = 1.0  # how often the core, waiting for the result, checks that the worker is alive
 _BACKGROUND_NICE = 10  # the niceness of the worker's thread while the input lasts (Linux: nice is per thread)
 _JOIN_TIMEOUT_S = 5.0
+# CPUs from which the worker runs by default: a replay's reader and core already keep two busy, and on two the
+# worker gained nothing measurable (docs/benchmarks.md); RANKWATCH_WINDOW_WORKER=process runs it anyway.
+_MIN_CPUS = 3
 
 
 def start_window_worker(proc: Any, emit: Any, finish: Any) -> WindowWorker | None:
@@ -60,7 +66,8 @@ def start_window_worker(proc: Any, emit: Any, finish: Any) -> WindowWorker | Non
     None (module docstring). In the worker, ``emit(windows)`` takes what each close published, and ``finish()``
     makes the result at the end (picklable: the result document), which :meth:`WindowWorker.finish` returns.
     Both run in the worker's copy of the caller's memory (a fork): what they change there stays there."""
-    if os.environ.get("RANKWATCH_WINDOW_WORKER", "process") == "inline":
+    mode = os.environ.get("RANKWATCH_WINDOW_WORKER", "auto")
+    if mode == "inline" or (mode == "auto" and _usable_cpus() < _MIN_CPUS):
         return None
     if "fork" not in multiprocessing.get_all_start_methods():
         return None
@@ -69,6 +76,14 @@ def start_window_worker(proc: Any, emit: Any, finish: Any) -> WindowWorker | Non
     worker = WindowWorker(proc, emit, finish)
     proc.offload_windows(worker)
     return worker
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class WindowWorker:

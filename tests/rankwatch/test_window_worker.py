@@ -33,6 +33,7 @@ def test_the_worker_gives_the_replay_in_one_process(logs: Any, tmp_path: Path, c
     """Result document, summary, ``--windows-out`` lines and dead letters, byte for byte."""
     d, _, _ = logs
     monkeypatch.setenv("RANKWATCH_LOG_READER", reader)
+    monkeypatch.setenv("RANKWATCH_WINDOW_WORKER", "process")  # whatever the CPUs
     monkeypatch.setattr(log_reader, "open_merge", functools.partial(log_reader.open_merge, chunk_bytes=1 << 13))
     started = _count_workers(monkeypatch)
     (tmp_path / "worker").mkdir()
@@ -76,6 +77,7 @@ def _failing_apply(how: str) -> Any:
 def test_a_failing_worker_is_one_line(logs: Any, tmp_path: Path, capsys: Any,  # noqa: F811
                                       monkeypatch: pytest.MonkeyPatch, how: str, message: str) -> None:
     d, _, _ = logs
+    monkeypatch.setenv("RANKWATCH_WINDOW_WORKER", "process")
     monkeypatch.setattr(StreamProcessor, "apply_offloaded", _failing_apply(how))  # the fork inherits it
     rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-2.jsonl")])
     err = capsys.readouterr().err
@@ -84,7 +86,8 @@ def test_a_failing_worker_is_one_line(logs: Any, tmp_path: Path, capsys: Any,  #
 
 def _started_worker() -> tuple[StreamProcessor, WindowWorker]:
     proc = StreamProcessor(StreamConfig(windows=("1m",)), clock=ManualClock())
-    worker = start_window_worker(proc, lambda windows: None, dict)
+    worker = WindowWorker(proc, lambda windows: None, dict)
+    proc.offload_windows(worker)
     assert worker is not None
     return proc, worker
 
@@ -114,14 +117,23 @@ def test_stopping_ends_the_worker_and_an_empty_replay_is_published_nowhere() -> 
     _wait_until_ended(other)
 
 
-def test_inline_mode_and_experiments_keep_the_windows_here(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_when_the_worker_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rankwatch.commands.window_worker as window_worker
     from rankwatch.pipeline.experiments.spec import ExperimentSpec
     from rankwatch.pipeline.slicing import SliceSpec
 
     with_experiment = StreamConfig(slice_spec=SliceSpec(by=("variant",)), experiments=(ExperimentSpec(name="e"),))
+    monkeypatch.setenv("RANKWATCH_WINDOW_WORKER", "process")
     assert start_window_worker(StreamProcessor(with_experiment, clock=ManualClock()), print, dict) is None
     monkeypatch.setenv("RANKWATCH_WINDOW_WORKER", "inline")
     assert start_window_worker(StreamProcessor(StreamConfig(), clock=ManualClock()), print, dict) is None
+    monkeypatch.delenv("RANKWATCH_WINDOW_WORKER")  # by default: from three CPUs
+    monkeypatch.setattr(window_worker, "_usable_cpus", lambda: 2)
+    assert start_window_worker(StreamProcessor(StreamConfig(), clock=ManualClock()), print, dict) is None
+    monkeypatch.setattr(window_worker, "_usable_cpus", lambda: 3)
+    worker = start_window_worker(StreamProcessor(StreamConfig(), clock=ManualClock()), print, dict)
+    assert worker is not None
+    worker.stop()
 
 
 def test_a_failed_worker_stops_the_core_at_its_next_sends(monkeypatch: pytest.MonkeyPatch) -> None:
