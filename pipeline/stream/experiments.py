@@ -45,6 +45,7 @@ class StreamExperiments:
 
             self.by_user = [UserUnitAccumulator(spec, options, slice_by=slice_by) for spec in specs if spec.unit == "user"]
         self._all = (*self.by_window, *self.by_user)
+        self.any = bool(self._all)  # an experiment kept: it reads the windows or the kernel batches
         self._anonymous = -1  # user keys of requests without one (see fold)
 
     def windows(self, windows: list[PublishedWindow]) -> list[PublishedWindow]:

@@ -22,8 +22,6 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from rankwatch.pipeline.clock import Clock, datetime_to_ms
 from rankwatch.pipeline.events.deadletter import DeadLetter, DeadLetterSink
 from rankwatch.pipeline.events.records import Feedback, Impression, SourceRef
@@ -33,8 +31,6 @@ from rankwatch.pipeline.events.validation import (
     feedback_or_rejection,
     impression_or_rejection,
 )
-from rankwatch.pipeline.metrics.aggregates import aggregate_groups
-from rankwatch.pipeline.metrics.kernel import per_request_metrics
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import LabelCapper, SliceKey
 from rankwatch.pipeline.stream.batch import process_batch
@@ -268,7 +264,7 @@ class StreamProcessor:
         returned here; ``stats().windows_published`` asks ``elsewhere``; a snapshot is refused. Only without
         experiments (their sums ride in this processor's stats). ``rankwatch replay`` uses it to run the kernel,
         the windows and the result document in another process (rankwatch/commands/window_worker.py)."""
-        if self._experiments.by_window or self._experiments.by_user:
+        if self._experiments.any:
             raise ValueError("the windows of a processor with experiments stay in it")
         self._windows_elsewhere = elsewhere
 
@@ -277,7 +273,7 @@ class StreamProcessor:
         summed, and not returned when published (their kernel parts are not added: for a caller that reads only
         the other sizes, as ``rankwatch replay`` reads only the largest without ``--windows-out``). Not with
         experiments (request-unit ones read the smallest size's windows); a snapshot is refused."""
-        if self._experiments.by_window or self._experiments.by_user:
+        if self._experiments.any:
             raise ValueError("experiments read the windows: every size is summed")
         if self._windows.open:
             raise ValueError("windows are open already: count_only_windows comes before any event")
@@ -295,7 +291,7 @@ class StreamProcessor:
             self._aggregate(batch)
             return []
         _, horizon, partitions = op
-        return self._experiments.windows(self._windows.close(horizon, self._combo_keys, partitions))
+        return self._publish_due(horizon, partitions)
 
     def experiment_data(self, name: str) -> Any:
         """The :class:`pipeline.experiments.data.ExperimentData` of experiment ``name`` as this processor holds it."""
@@ -385,11 +381,14 @@ class StreamProcessor:
         return self._close(horizon)
 
     def _close(self, horizon: int | None) -> list[PublishedWindow]:
-        """Publish the windows that end by ``horizon`` (all when None)."""
+        """Publish the windows that end by ``horizon`` (all when None), here or elsewhere."""
         if self._windows_elsewhere is not None:
             self._windows_elsewhere.close(horizon, self.partitions)
             return []
-        return self._experiments.windows(self._windows.close(horizon, self._combo_keys, self.partitions))
+        return self._publish_due(horizon, self.partitions)
+
+    def _publish_due(self, horizon: int | None, partitions: tuple[int, ...]) -> list[PublishedWindow]:
+        return self._experiments.windows(self._windows.close(horizon, self._combo_keys, partitions))
 
     def _evict(self) -> list[PublishedWindow]:
         """At the pending cap: finalize the earliest bucket now (counted as evicted)."""
@@ -414,37 +413,12 @@ class StreamProcessor:
             self._aggregate(staged)
 
     def _aggregate(self, batch: FinalizedBatch) -> None:
-        """One kernel call for the batch; parts per (window starts, slice) go to the window accumulators."""
+        """One kernel call for the batch, its parts into the windows (:meth:`WindowSet.add_batch`), or elsewhere."""
         if self._windows_elsewhere is not None:
             self._windows_elsewhere.aggregate(batch, self._combo_keys)
             return
-        sizes = self._windows.sizes_ms
-        ts = batch.ts_ms
-        starts = [ts - ts % size for size in sizes]
-        if all(int(st[0]) == int(st[-1]) and (st == st[0]).all() for st in starts):
-            # The usual case (a staged group lies inside one window of every size): rows differ by combo
-            # only, and a 1-d unique gives the same sorted rows and inverse as the row-wise one.
-            combos, inverse = np.unique(batch.combo, return_inverse=True)
-            uniq = np.empty((combos.size, len(sizes) + 1), dtype=np.int64)
-            for i, st in enumerate(starts):
-                uniq[:, i] = st[0]
-            uniq[:, -1] = combos
-        else:
-            keys = np.stack([*starts, batch.combo], axis=1)
-            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        options = self.config.metric_options
-        metrics = per_request_metrics(batch.labels, batch.offsets, options)
-        parts = aggregate_groups(
-            metrics, batch.labels, batch.scores, inverse.reshape(-1), len(uniq), options,
-            gauc_keys=batch.users, gauc_open=True,  # a user's requests span batches
-        )
+        metrics = self._windows.add_batch(batch, self._combo_keys)
         self._experiments.fold(batch, metrics, self._combo_keys)
-        # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
-        # of float additions into the overall accumulators must not.
-        keys_of = self._combo_keys
-        for row, part in sorted(zip(uniq.tolist(), parts, strict=True), key=lambda rp: (rp[0][:-1], keys_of[rp[0][-1]])):
-            for i in range(len(sizes)):
-                self._windows.add(i, row[i], row[-1], part)
 
     # -- snapshot --------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:

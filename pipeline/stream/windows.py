@@ -1,8 +1,9 @@
 """Event-time tumbling windows and their per-slice accumulators.
 
 A window of size ``size`` covers ``[start, start + size)`` with ``start`` a multiple of ``size`` since the
-epoch. It holds one accumulator per slice plus the overall one. Finalized batches arrive as
-:class:`pipeline.metrics.aggregates.RankingAggregate` parts (built by the kernel); an accumulator adds counts and
+epoch. It holds one accumulator per slice plus the overall one. A staged batch of finalized requests goes
+through the kernel once (:meth:`WindowSet.add_batch`) and arrives as
+:class:`pipeline.metrics.aggregates.RankingAggregate` parts; an accumulator adds counts and
 metric sums at once and merges the AUC score histograms lazily, many at a time, once the pending parts
 hold more distinct scores than the merged histogram (amortised ``O(log)`` work per score instead of
 re-merging a large histogram for every batch). The merged result equals ``RankingAggregate.merge`` of the
@@ -18,9 +19,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from rankwatch.pipeline.clock import ms_to_datetime
-from rankwatch.pipeline.metrics.aggregates import RankingAggregate
+from rankwatch.pipeline.metrics.aggregates import RankingAggregate, aggregate_groups
 from rankwatch.pipeline.metrics.auc import ScoreHistogram
 from rankwatch.pipeline.metrics.clusters import ClusterHistograms
+from rankwatch.pipeline.metrics.kernel import PerRequestMetrics, per_request_metrics
 from rankwatch.pipeline.metrics.options import MetricOptions
 from rankwatch.pipeline.published import PublishedWindow
 from rankwatch.pipeline.slicing import SliceKey
@@ -165,6 +167,36 @@ class WindowSet:
         if acc is None:
             acc = win.slices[combo] = SliceAccumulator(self.options)
         acc.add(part)
+
+    def add_batch(self, batch: FinalizedBatch, slice_keys: list[SliceKey]) -> PerRequestMetrics:
+        """One kernel call for a staged batch; its parts per (window starts, slice) go to the accumulators, in
+        slice-key order. Returns the batch's per-request metrics (the user-unit experiments fold them)."""
+        sizes = self.sizes_ms
+        ts = batch.ts_ms
+        starts = [ts - ts % size for size in sizes]
+        if all(int(st[0]) == int(st[-1]) and (st == st[0]).all() for st in starts):
+            # The usual case (a staged group lies inside one window of every size): rows differ by combo
+            # only, and a 1-d unique gives the same sorted rows and inverse as the row-wise one.
+            combos, inverse = np.unique(batch.combo, return_inverse=True)
+            uniq = np.empty((combos.size, len(sizes) + 1), dtype=np.int64)
+            for i, st in enumerate(starts):
+                uniq[:, i] = st[0]
+            uniq[:, -1] = combos
+        else:
+            keys = np.stack([*starts, batch.combo], axis=1)
+            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        metrics = per_request_metrics(batch.labels, batch.offsets, self.options)
+        parts = aggregate_groups(
+            metrics, batch.labels, batch.scores, inverse.reshape(-1), len(uniq), self.options,
+            gauc_keys=batch.users, gauc_open=True,  # a user's requests span batches
+        )
+        # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
+        # of float additions into the overall accumulators must not.
+        for row, part in sorted(zip(uniq.tolist(), parts, strict=True),
+                                key=lambda rp: (rp[0][:-1], slice_keys[rp[0][-1]])):
+            for i in range(len(sizes)):
+                self.add(i, row[i], row[-1], part)
+        return metrics
 
     def close(
         self, horizon_ms: int | None, slice_keys: list[SliceKey], partitions: tuple[int, ...]
