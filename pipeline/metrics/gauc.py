@@ -74,7 +74,7 @@ class ScoreImage:
         rel = np.asarray(relevant, dtype=bool)
         if sc.shape != rel.shape or sc.ndim != 1:
             raise ValueError("scores and relevant must be 1-D arrays of one length")
-        prefix_bits = 63 - max(int(max_groups - 1).bit_length(), 1)
+        prefix_bits = _prefix_bits(max_groups)
         empty_ids = np.empty(0, dtype=np.int64)
         if prefix_bits < _MIN_PREFIX_BITS:  # the exact lexsort path needs no image
             return cls(sc, rel, prefix_bits, np.empty(0, dtype=_U64), empty_ids, True)
@@ -174,7 +174,7 @@ def _group_auc_one_sort(grp: IntArray, sc: FloatArray, rel: BoolArray, pos: IntA
     anywhere, across groups too) is what this saves: on typical scores (distinct floats) about 45 % of the call.
     """
     n_groups = int(pos.size)
-    prefix_bits = 63 - max(int(n_groups - 1).bit_length(), 1)
+    prefix_bits = _prefix_bits(n_groups)
     if prefix_bits < _MIN_PREFIX_BITS:
         return None
     numerator = np.zeros(n_groups)
@@ -192,19 +192,12 @@ def _group_auc_one_sort(grp: IntArray, sc: FloatArray, rel: BoolArray, pos: IntA
     numerator += _numerators_of_sorted(keys, pos, size)
     if shared.size == 0:
         return GroupAuc(pos, size - pos, numerator)
-    in_run = np.zeros(keys.size, dtype=bool)
-    in_run[shared] = True
-    in_run[shared + 1] = True
-    run_bucket, run_pos, run_neg = _runs(keys[in_run] >> _U64(1), (keys[in_run] & _U64(1)).astype(np.int64))
-    numerator -= np.bincount((run_bucket >> _U64(prefix_bits)).astype(np.int64), weights=run_pos * run_neg,
-                             minlength=n_groups)
-    # The items of those buckets, in input order: a bucket's value looked up among the (sorted) run buckets.
-    at = np.minimum(np.searchsorted(run_bucket, bucket), run_bucket.size - 1)
-    items = np.flatnonzero(run_bucket[at] == bucket)
-    item_bucket = bucket[items].astype(np.int64)
-    order = np.lexsort((sc[items], item_bucket))
-    e_ids, e_num = _sorted_runs(item_bucket[order], sc[items][order], rel[items][order])
-    numerator += np.bincount(e_ids >> prefix_bits, weights=e_num, minlength=n_groups)
+    # The items of those buckets, in input order: each item's bucket looked up among theirs (sorted).
+    shared_buckets = keys[shared] >> _U64(1)
+    shared_buckets = shared_buckets[run_starts(shared_buckets)]
+    at = np.minimum(np.searchsorted(shared_buckets, bucket), shared_buckets.size - 1)
+    items = np.flatnonzero(shared_buckets[at] == bucket)
+    numerator += _recounted(bucket[items], sc[items], rel[items], 1.0, prefix_bits, n_groups)
     return GroupAuc(pos, size - pos, numerator)
 
 
@@ -275,17 +268,23 @@ def _group_auc(
     if image.affected.size:
         # Buckets whose prefix two distinct scores share: the sort ranked their pairs as ties. Replace
         # that term with the exact one, from those items' true scores.
-        items = image.affected
         assert affected_bucket is not None
-        item_bucket = affected_bucket.astype(np.int64)
-        order = np.lexsort((image.scores[items], item_bucket))
-        item_bucket, item_sc, item_rel = item_bucket[order], image.scores[items][order], image.relevant[items][order]
-        b_ids, b_pos, b_neg = _runs(item_bucket, item_rel.astype(np.int64))
-        b_group = (b_ids >> prefix_bits).astype(np.int64)
-        numerator -= np.bincount(b_group, weights=tie_share * b_pos * b_neg, minlength=n_groups)
-        e_ids, e_num = _sorted_runs(item_bucket, item_sc, item_rel)
-        numerator += np.bincount((e_ids >> prefix_bits).astype(np.int64), weights=e_num, minlength=n_groups)
+        numerator += _recounted(affected_bucket, image.scores[image.affected], image.relevant[image.affected],
+                                tie_share, prefix_bits, n_groups)
     return GroupAuc(pos, size - pos, numerator)
+
+
+def _recounted(item_bucket: npt.NDArray[Any], scores: FloatArray, rel: BoolArray, counted_share: float,
+               prefix_bits: int, n_groups: int) -> FloatArray:
+    """Per group: the exact terms of the buckets of these items (all of each bucket's items), less what the key
+    sort counted for their pairs (``counted_share`` of ``pos * neg`` a bucket), from the items' true scores."""
+    item_bucket = item_bucket.astype(np.int64)
+    order = np.lexsort((scores, item_bucket))
+    item_bucket, item_sc, item_rel = item_bucket[order], scores[order], rel[order]
+    b_ids, b_pos, b_neg = _runs(item_bucket, item_rel.astype(np.int64))
+    out = -np.bincount(b_ids >> prefix_bits, weights=counted_share * b_pos * b_neg, minlength=n_groups)
+    e_ids, e_num = _sorted_runs(item_bucket, item_sc, item_rel)
+    return np.asarray(out + np.bincount(e_ids >> prefix_bits, weights=e_num, minlength=n_groups), dtype=np.float64)
 
 
 def _numerators_of_sorted(ordered: npt.NDArray[np.uint64], pos: IntArray, size: IntArray) -> FloatArray:
@@ -309,6 +308,11 @@ def _numerators_of_sorted(ordered: npt.NDArray[np.uint64], pos: IntArray, size: 
     if hits.size:
         index_sum[has_pos] = np.add.reduceat(hits, (np.cumsum(pos) - pos)[has_pos])
     return (index_sum - pos * starts - pos * (pos - 1) // 2).astype(np.float64)
+
+
+def _prefix_bits(max_groups: int) -> int:
+    """Score bits left in a 64-bit key beside a group id below ``max_groups`` and the label bit."""
+    return 63 - max(int(max_groups - 1).bit_length(), 1)
 
 
 def run_starts(values: npt.NDArray[Any]) -> IntArray:
