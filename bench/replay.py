@@ -45,8 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stream_core import build_events  # noqa: E402
 
 from rankwatch.cli import main as cli_main  # noqa: E402
-from rankwatch.commands.window_worker import _MIN_CPUS as MIN_CPUS  # noqa: E402
-from rankwatch.commands.window_worker import _usable_cpus  # noqa: E402
+from rankwatch.commands.window_worker import usable_cpus, worker_by_default  # noqa: E402
 from rankwatch.pipeline.clock import ManualClock  # noqa: E402
 from rankwatch.pipeline.events.logs import EventLogMerge  # noqa: E402
 from rankwatch.pipeline.stream.processor import StreamConfig, StreamProcessor  # noqa: E402
@@ -110,11 +109,11 @@ def main() -> None:
                 raise SystemExit(f"replay failed: {err.getvalue()}")
             json.loads(out.getvalue())
 
-        worker_by_default = _usable_cpus() >= MIN_CPUS
-        other = "replay, worker off" if worker_by_default else "replay, worker on"
+        worker_on = worker_by_default()
+        other = "replay, worker off" if worker_on else "replay, worker on"
 
         def replay_other_mode() -> None:
-            os.environ["RANKWATCH_WINDOW_WORKER"] = "inline" if worker_by_default else "process"
+            os.environ["RANKWATCH_WINDOW_WORKER"] = "inline" if worker_on else "process"
             try:
                 replay(["--impressions", str(imp), "--clicks", str(clk)])
             finally:
@@ -135,10 +134,10 @@ def main() -> None:
     for k, (wall, cpu, child) in med.items():
         print(f"  {k:22s} {wall:7.2f} {args.requests / wall:9,.0f} {cpu:7.2f} {child:12.2f}")
     wall = {k: v[0] for k, v in med.items()}
-    on, off = ("replay", other) if worker_by_default else (other, "replay")
+    on, off = ("replay", other) if worker_on else (other, "replay")
     print(f"by wall: replay / json.loads = {wall['json.loads'] / wall['replay']:.2f}x, "
           f"replay / process_batch = {wall['process_batch'] / wall['replay']:.2f}x "
-          f"(window worker {'on' if worker_by_default else 'off'} by default: {_usable_cpus()} CPUs); "
+          f"(window worker {'on' if worker_on else 'off'} by default: {usable_cpus()} CPUs); "
           f"the worker's gain here: {wall[off] / wall[on]:.2f}x")
     print(f"CPU s of all the replay's processes: {med['replay'][1] + med['replay'][2]:.2f}, "
           f"{other}: {med[other][1] + med[other][2]:.2f} (json.loads: {med['json.loads'][1]:.2f})")

@@ -67,7 +67,7 @@ def start_window_worker(proc: Any, emit: Any, finish: Any) -> WindowWorker | Non
     makes the result at the end (picklable: the result document), which :meth:`WindowWorker.finish` returns.
     Both run in the worker's copy of the caller's memory (a fork): what they change there stays there."""
     mode = os.environ.get("RANKWATCH_WINDOW_WORKER", "auto")
-    if mode == "inline" or (mode == "auto" and _usable_cpus() < _MIN_CPUS):
+    if mode == "inline" or (mode == "auto" and not worker_by_default()):
         return None
     if "fork" not in multiprocessing.get_all_start_methods():
         return None
@@ -78,7 +78,12 @@ def start_window_worker(proc: Any, emit: Any, finish: Any) -> WindowWorker | Non
     return worker
 
 
-def _usable_cpus() -> int:
+def worker_by_default() -> bool:
+    """Whether the worker runs without ``RANKWATCH_WINDOW_WORKER``: from :data:`_MIN_CPUS` usable CPUs."""
+    return usable_cpus() >= _MIN_CPUS
+
+
+def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity where the platform says)."""
     try:
         return len(os.sched_getaffinity(0))
