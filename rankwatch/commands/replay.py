@@ -102,7 +102,8 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
     # line itself only where none was kept) and dead-letters a line as it was written.
     proc = StreamProcessor(config, clock=clock, dead_letters=sink, translator=translator)
     if windows_out is None:  # the result document reads the largest windows only: the others are counted, not summed
-        proc.count_only_windows([w for w in config.windows if w != _largest(config)])
+        largest = _largest(config)
+        proc.count_only_windows([w for w in config.windows if w != largest])
     out_file: IO[str] | None = open(windows_out, "a", encoding="utf-8") if windows_out else None  # noqa: SIM115
     published: list[Any] = []
 
