@@ -54,16 +54,22 @@ _AHEAD = 2  # batches the child may have ready beyond the one the parent reads
 # reader's core. It stops once caught_up() is true (the parent has asked for every batch handed over: the
 # child is no batch ahead), and the parent makes the rest itself (module docstring).
 Prepare = Callable[[list[bool], list[bytes], Callable[[], bool]], Any]
+# Whether the parent needs a batch's lines besides what ``prepare`` made of them: (made, number of lines) -> bool.
+# Where it does not (replay: clean rows for every line), the lines are not sent (a tenth of a replay's copying).
+LinesNeeded = Callable[[Any, int], bool]
 
 
 def open_merge(files: list[tuple[Path, str]], *, ts_of: TimesOf | None = None,
                opener: Callable[..., Any] | None = None, chunk_bytes: int = CHUNK_BYTES,
-               prepare: Prepare | None = None) -> EventLogMerge | PrefetchedMerge:
+               prepare: Prepare | None = None, lines_needed: LinesNeeded | None = None,
+               ) -> EventLogMerge | PrefetchedMerge:
     """The files' batches in merge order: read by a child process where possible (module docstring).
-    ``prepare``: what the child also makes of each batch (:func:`batches_with_rows`)."""
+    ``prepare``: what the child also makes of each batch (:func:`batches_with_rows`); ``lines_needed``: whether
+    the parent reads a batch's lines too (by default it may): where not, they stay in the child."""
     if os.environ.get("RANKWATCH_LOG_READER", "child") == "inline" or "fork" not in multiprocessing.get_all_start_methods():
         return EventLogMerge(files, chunk_bytes=chunk_bytes, ts_of=ts_of, opener=opener)
-    return PrefetchedMerge(files, ts_of=ts_of, opener=opener, chunk_bytes=chunk_bytes, prepare=prepare)
+    return PrefetchedMerge(files, ts_of=ts_of, opener=opener, chunk_bytes=chunk_bytes, prepare=prepare,
+                           lines_needed=lines_needed)
 
 
 def batches_with_rows(merge: EventLogMerge | PrefetchedMerge) -> Iterator[tuple[list[bool], Sequence[bytes],
@@ -83,7 +89,7 @@ class PrefetchedMerge:
 
     def __init__(self, files: list[tuple[Path, str]], *, ts_of: TimesOf | None = None,
                  opener: Callable[..., Any] | None = None, chunk_bytes: int = CHUNK_BYTES,
-                 prepare: Prepare | None = None) -> None:
+                 prepare: Prepare | None = None, lines_needed: LinesNeeded | None = None) -> None:
         merge = EventLogMerge(files, chunk_bytes=chunk_bytes, ts_of=ts_of, opener=opener)  # opens (and sizes) every file here
         self.size = merge.size
         self._position = 0
@@ -96,7 +102,8 @@ class PrefetchedMerge:
         self._ring = RequestRing.open()
         self.shared_batches = 0  # batches read from the ring (the others came through the pipe)
         # The child inherits the open files, the translator and the ring's mapping (fork): nothing is pickled.
-        self._child = ctx.Process(target=_produce, args=(merge, send, self._recv, prepare, self._asked, self._ring),
+        self._child = ctx.Process(target=_produce, args=(merge, send, self._recv, prepare, self._asked, self._ring,
+                                                               lines_needed),
                                   name="rankwatch-log-reader",
                                   daemon=True)
         try:
@@ -133,7 +140,9 @@ class PrefetchedMerge:
             tag = message[0]
             if tag == "batch":
                 _, kinds, values, paths, indexes, numbers, self._position, rows = message
-                if rows is not None:  # the lines came as one blob: sliced only where the core needs one
+                if type(values) is int:  # the parent needs none of the lines (lines_needed)
+                    values = Unsent(values)
+                elif rows is not None:  # the lines came as one blob: sliced only where the core needs one
                     values = Lines(*values)
                 yield kinds, values, BatchSources(paths, indexes, numbers), rows
             elif tag == "end":
@@ -189,8 +198,22 @@ class Lines(Sequence[bytes]):
         return self._blob[self._ends[i - 1] if i else 0:end]
 
 
+class Unsent(Sequence[bytes]):
+    """A batch's lines that the child did not send, because the parent needs none (``lines_needed``): only their
+    number. Reading one is a bug, named as such."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        raise RuntimeError(f"line {i} of this batch was not sent: lines_needed said the parent reads none")
+
+
 def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare | None, asked: Any,
-             ring: RequestRing | None = None) -> None:
+             ring: RequestRing | None = None, lines_needed: LinesNeeded | None = None) -> None:
     """The child: every batch of ``merge`` (with ``prepare`` of it), then ``("end", position)``; an error as
     one message. A batch goes through ``ring`` when it fits (the pipe carries its descriptor); the space of a
     batch is reused once the parent asked for the batch after it (it unpickled this one on receipt)."""
@@ -211,7 +234,10 @@ def _produce(merge: EventLogMerge, send: Any, parents_end: Any, prepare: Prepare
                 # With the rows made here, the core's process reads a line only where the per-record path takes
                 # it (a rejection, say): the lines go as one blob and their lengths, not one object a line.
                 rows = prepare(kinds, values, functools.partial(_caught_up, asked, produced))
-                values = (b"".join(values), array("i", map(len, values)).tobytes())  # type: ignore[assignment]
+                if lines_needed is not None and not lines_needed(rows, len(values)):
+                    values = len(values)  # type: ignore[assignment]
+                else:
+                    values = (b"".join(values), array("i", map(len, values)).tobytes())  # type: ignore[assignment]
             data = pickle.dumps(("batch", kinds, values, paths, indexes, numbers, merge.position(), rows),
                                 protocol=pickle.HIGHEST_PROTOCOL)
             if ring is not None:

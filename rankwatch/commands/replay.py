@@ -80,7 +80,7 @@ def command(
     kept = None if translator is None else KeptTranslations(translator)
     ts_of = None if kept is None else kept.ts_of
     prepare = functools.partial(_made_by_reader, kept, BatchSpec.of(config), {})
-    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare)
+    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare, lines_needed=_lines_needed)
     try:
         _replay(merge, config, translator, kept, fmt, windows_out, dead_letter)
     finally:
@@ -209,6 +209,15 @@ class KeptTranslations:
             entry = kept.pop((id(raw), kind), None)
             each.append(translate("impressions" if kind else "clicks", raw) if entry is None else entry[1])
         return Translated.of(each)
+
+
+def _lines_needed(made: tuple[Translated | None, Any], n: int) -> bool:
+    """Whether the core reads any of a batch's ``n`` lines besides the rows the reader made: unless they are the
+    clean rows of every line (the batch path reads a line only where the per-record path takes it, or where it
+    makes the rows itself; a team's schema keeps its lines for its dead letters)."""
+    translated, rows = made
+    return (translated is not None or rows is None or rows.n_records != n
+            or None in rows.impressions[0] or None in rows.feedback[0])
 
 
 def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values: list[bytes],

@@ -261,3 +261,24 @@ def test_without_windows_out_the_smaller_windows_are_counted_and_the_result_is_t
     sizes = [json.loads(line)["window"] for line in (tmp_path / "windows.jsonl").read_text().splitlines()]
     assert sizes.count("10m") > sizes.count("1h") > 0
     assert f"windows published: 10m {sizes.count('10m')}, 1h {sizes.count('1h')}" in counted.err
+
+
+def test_the_core_needs_a_batchs_lines_only_where_its_rows_do_not_cover_them() -> None:
+    """The reader keeps a batch's lines (sends only their number) only when the rows it made are clean rows of
+    every line: a line left to the per-record path, rows of the first lines only, none, or a team's schema
+    (its dead letters keep the lines) need them."""
+    from rankwatch.commands.replay import _lines_needed
+    from rankwatch.pipeline.stream.config import StreamConfig
+    from rankwatch.pipeline.stream.prepare import BatchSpec, prepare_rows
+
+    spec = BatchSpec.of(StreamConfig())
+    imp = json.dumps({"event_id": "e1", "request_id": "r1", "ts": 1, "items": [
+        {"item_id": "a", "position": 1, "score": 0.5}]}).encode()
+    clk = json.dumps({"event_id": "e2", "request_id": "r1", "item_id": "a", "ts": 2, "action": "click"}).encode()
+    kinds, clean = [True, False], [imp, clk]
+    assert not _lines_needed((None, prepare_rows(spec, kinds, clean)), 2)
+    assert _lines_needed((None, prepare_rows(spec, kinds, [imp, b"{not json"])), 2)  # a bad line: per record
+    assert _lines_needed((None, prepare_rows(spec, kinds, [b"{", clk])), 2)
+    assert _lines_needed((None, prepare_rows(spec, kinds[:1], clean[:1])), 2)  # rows of the first line only
+    assert _lines_needed((None, None), 2)
+    assert _lines_needed((object(), prepare_rows(spec, kinds, clean)), 2)  # translated: a team's schema

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rankwatch.commands.log_reader import Lines, PrefetchedMerge, batches_with_rows, open_merge
+from rankwatch.commands.log_reader import Lines, PrefetchedMerge, Unsent, batches_with_rows, open_merge
 from rankwatch.errors import RankwatchError
 from rankwatch.pipeline.events.logs import EventLogMerge
 from tests.pipeline.events.test_logs import _random_line
@@ -132,6 +132,39 @@ def test_what_the_child_prepares_comes_with_its_batch(tmp_path: Path, seed: int)
             merge.close()
         assert got == expected, chunk
         assert made == [[len(v) for v in values] for _, values, _ in expected]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lines_the_parent_does_not_need_stay_in_the_child(tmp_path: Path, seed: int) -> None:
+    """Where ``lines_needed`` says no, the batch comes with its rows and sources but not its lines (their number
+    only: reading one is an error); elsewhere with its lines, as before."""
+    files = _files(tmp_path, seed)
+    expected = _drain(EventLogMerge(files, chunk_bytes=300))
+
+    def odd_length(made: list[int], n: int) -> bool:  # some batches need their lines, some not
+        assert made and len(made) == n
+        return n % 2 == 1
+
+    merge = PrefetchedMerge(files, chunk_bytes=300, prepare=_lengths, lines_needed=odd_length)
+    got, unsent = [], 0
+    try:
+        for (kinds, values, sources, rows), (e_kinds, e_values, e_sources) in zip(
+                batches_with_rows(merge), expected, strict=True):
+            assert (kinds, len(values), rows) == (e_kinds, len(e_values), [len(v) for v in e_values])
+            assert [sources(i) for i in range(len(values))] == e_sources
+            if len(values) % 2:
+                assert list(values) == e_values
+            else:
+                assert isinstance(values, Unsent)
+                unsent += 1
+                with pytest.raises(RuntimeError, match="not sent"):
+                    values[0]
+            got.append(kinds)
+    finally:
+        merge.close()
+    assert len(got) == len(expected)
+    if any(len(v) % 2 == 0 for _, v, _ in expected):
+        assert unsent
 
 
 @pytest.mark.parametrize("seed", range(4))
