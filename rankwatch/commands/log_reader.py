@@ -15,7 +15,9 @@ child). Once the parent has caught up, the child hands the batch over as it is a
 makes the rows the child did not. So the work goes where there is time: when the parent is the slower one
 (finalizing) the child prepares whole batches ahead; when the child is (early in a replay, or translating a
 team's schema) it only reads. A writer thread and a queue of two batches let the child work while the parent
-reads. A batch travels through a ring of shared memory (:class:`rankwatch.consumers.handoff.RequestRing`, 32 MiB,
+reads. Where the parent needs none of a batch's lines besides the rows (``lines_needed``: clean rows of every
+line), only their number goes (:class:`Unsent`): the lines were a third of what was copied. A batch travels
+through a ring of shared memory (:class:`rankwatch.consumers.handoff.RequestRing`, 32 MiB,
 the one ``rankwatch run``'s core process reads its requests from) and the pipe carries its 17-byte descriptor:
 no copies through the kernel, and one unpickling in the parent (the pipe's way cost the parent about a tenth of a
 replay in reads and copies). The child reuses a batch's space once the parent asked for the batch after it; a
