@@ -134,11 +134,22 @@ def ratio_variance(n: int, sum_y: float, sum_n: float, sum_yy: float, sum_nn: fl
 
 
 # -- influence functions of the pooled AUCs -------------------------------------------------------------
+def _dot(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
+    r""":math:`\sum_i a_i b_i` by numpy's own (pairwise, single-threaded) summation, not ``np.dot``.
+
+    ``np.dot`` calls BLAS, whose dot product above a size is split over its threads, so the last digits of an
+    SE depended on how many cores the machine has (OpenBLAS: 5 of the 14 SEs of a replay's result document
+    changed with ``OPENBLAS_NUM_THREADS=1``); and the threads spin after each call (0.3 s of CPU in that
+    document, taken from the other processes). The same inputs now give the same SE on every machine.
+    """
+    return float(np.multiply(a, b, dtype=np.float64).sum())
+
+
 def _auc_roc_influence(pos: IntArray, neg: IntArray) -> tuple[float, FloatArray, FloatArray]:
     p, n = float(pos.sum()), float(neg.sum())
     v10 = (np.cumsum(neg) - neg + 0.5 * neg) / n
     v01 = (p - np.cumsum(pos) + 0.5 * pos) / p
-    auc = float(np.dot(pos, v10) / p)
+    auc = _dot(pos, v10) / p
     return auc, (v10 - auc) / p, (v01 - auc) / n
 
 
@@ -147,7 +158,7 @@ def _auc_pr_influence(pos: IntArray, neg: IntArray) -> tuple[float, FloatArray, 
     tp = np.cumsum(pos[::-1])[::-1].astype(np.float64)  # positives scoring >= b
     fp = np.cumsum(neg[::-1])[::-1].astype(np.float64)
     prec = tp / (tp + fp)
-    ap = float(np.dot(pos, prec) / p)
+    ap = _dot(pos, prec) / p
     sq = (tp + fp) ** 2
     a = np.cumsum(pos * fp / sq) / p
     b = np.cumsum(pos * tp / sq) / p
@@ -161,8 +172,8 @@ def delong_variance(hist: ScoreHistogram) -> float | None:
     if p < 2 or n < 2:
         return None
     _, psi_pos, psi_neg = _auc_roc_influence(pos, neg)
-    s10 = float(np.dot(pos, (psi_pos * p) ** 2)) / (p - 1)
-    s01 = float(np.dot(neg, (psi_neg * n) ** 2)) / (n - 1)
+    s10 = _dot(pos, (psi_pos * p) ** 2) / (p - 1)
+    s01 = _dot(neg, (psi_neg * n) ** 2) / (n - 1)
     return s10 / p + s01 / n
 
 
@@ -175,7 +186,7 @@ def _item_variance(which: str, hist: ScoreHistogram) -> float | None:
         return delong_variance(hist)
     _, psi_pos, psi_neg = _auc_pr_influence(pos, neg)
     n = float(pos.sum() + neg.sum())
-    return float(np.dot(pos, psi_pos**2) + np.dot(neg, psi_neg**2)) * n / (n - 1)
+    return (_dot(pos, psi_pos**2) + _dot(neg, psi_neg**2)) * n / (n - 1)
 
 
 def clustered_variance(which: str, clusters: ClusterHistograms) -> float | None:
@@ -189,7 +200,7 @@ def clustered_variance(which: str, clusters: ClusterHistograms) -> float | None:
     k = int(np.count_nonzero(np.bincount(clusters.bucket, weights=clusters.pos + clusters.neg)))
     if k < 2:
         return None
-    return float(np.dot(per_bucket, per_bucket)) * k / (k - 1)
+    return _dot(per_bucket, per_bucket) * k / (k - 1)
 
 
 def _clustered(which: str, hist: ScoreHistogram, clusters: ClusterHistograms | None) -> float | None:

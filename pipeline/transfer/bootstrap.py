@@ -171,7 +171,7 @@ def jackknife_t_interval(estimate: float | None, jackknife: FloatArray, level: f
     if estimate is None or not math.isfinite(estimate) or n < 3 or valid < n:
         return BootstrapInterval(None, None, valid, n, "jackknife")
     d = jackknife - jackknife.mean()
-    se = math.sqrt((n - 1) / n * float(d @ d))
+    se = math.sqrt((n - 1) / n * float(np.square(d).sum()))  # not BLAS's dot: the same digits on every machine
     half = float(stats.t.ppf(0.5 + level / 2.0, n - 2)) * se
     return BootstrapInterval(estimate - half, estimate + half, valid, n, "jackknife")
 

@@ -317,3 +317,22 @@ def test_cluster_state_is_bounded_and_merges_exactly() -> None:
     assert ClusterHistograms.merge_many([a, b], max_bins=10**9) == full
     assert ClusterHistograms.merge_many([a.folded(), b], max_bins=10**9) == full.folded()
     assert ClusterHistograms.from_state(small.to_state()) == small
+
+
+@pytest.mark.parametrize("clustered", [False, True])
+def test_an_se_has_the_same_digits_whatever_blas_threads_the_machine_has(clustered: bool) -> None:
+    """The SEs' sums do not go through BLAS's dot product, which splits a long vector over its threads (the last
+    digits then depended on the machine's cores): one BLAS thread or the default, the same float, bit for bit."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 40, size=20_000)
+    scores = rng.random(int(lengths.sum()))  # ~400k distinct scores: vectors far past BLAS's threading size
+    relevant = rng.random(scores.size) < 0.2
+    hist = ScoreHistogram.from_pairs(scores, relevant)
+    bucket = np.repeat(request_buckets(scores, lengths), lengths)
+    clusters = whole_clusters(scores, relevant, bucket) if clustered else None
+    with threadpool_limits(limits=1, user_api="blas"):
+        one = (auc_roc_stderr(hist, clusters), auc_pr_stderr(hist, clusters))
+    for _ in range(3):
+        assert (auc_roc_stderr(hist, clusters), auc_pr_stderr(hist, clusters)) == one
