@@ -11,7 +11,7 @@ process, and of its reaped children apart: the replay's log reader and window wo
 - ``replay``: the ``rankwatch replay --format json`` command on the two files (reading, merging, the core,
   the final result document), in this process;
 - ``replay, worker on`` or ``replay, worker off``: the same with the window worker in the other mode than the
-  default (``RANKWATCH_WINDOW_WORKER=process`` where the default leaves it off, below three CPUs, else
+  default (``RANKWATCH_WINDOW_WORKER=process`` where the default leaves it off, on one CPU, else
   ``=inline``): what the worker gains or costs here, in the same run;
 - with ``--mapped``, ``replay --config``: the same events written in a team's nested list shape
   (``stream_core.TEAM_FIELDS``, JSON) and replayed with the config that maps them, printed as a ratio to

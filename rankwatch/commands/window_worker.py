@@ -28,11 +28,13 @@ worker runs at normal priority.
 Bounds: the worker holds at most :data:`_QUEUED_BYTES` of received messages (then the pipe fills and the core's
 sends wait), so memory stays bounded however far the core runs ahead; the core waits for the result only
 while the worker lives; a worker whose core has gone (its end of the pipe closed) drops what it holds and ends.
-When it runs: by default where the replay may use three CPUs or more (:data:`_MIN_CPUS`). On two, the replay's
-three processes are bound by their total CPU, which the worker moves but does not cut: whole replays with and
-without it were even (paired medians 0.95-1.04 over 34 alternations, docs/benchmarks.md), so it stays off there.
-``RANKWATCH_WINDOW_WORKER=process`` runs it whatever the CPUs, ``=inline`` never; where ``fork`` is unavailable
-or with experiments, the replay aggregates in its own process.
+When it runs: by default where the replay may use two CPUs or more (:data:`_MIN_CPUS`). On two it was first
+even (the replay's three processes bound by their total CPU, which the worker moves but does not cut); once the
+SEs stopped calling BLAS, whose idle threads spun in every process, it paid there too: whole replays took 0.956
+and 0.964 of the time without it (paired medians, ABBA order, 6 and 8 rounds, faster in 12 of 14;
+docs/benchmarks.md). On one CPU it would only add a process. ``RANKWATCH_WINDOW_WORKER=process`` runs it whatever
+the CPUs, ``=inline`` never; where ``fork`` is unavailable or with experiments, the replay aggregates in its own
+process.
 """
 
 from __future__ import annotations
@@ -56,9 +58,9 @@ _END = b"end"  # the core's last message: no more operations, send the result
 _RESULT_POLL_S = 1.0  # how often the core, waiting for the result, checks that the worker is alive
 _BACKGROUND_NICE = 10  # the niceness of the worker's thread while the input lasts (Linux: nice is per thread)
 _JOIN_TIMEOUT_S = 5.0
-# CPUs from which the worker runs by default: a replay's reader and core already keep two busy, and on two the
-# worker gained nothing measurable (docs/benchmarks.md); RANKWATCH_WINDOW_WORKER=process runs it anyway.
-_MIN_CPUS = 3
+# CPUs from which the worker runs by default: on two it takes the kernel and the document off the core's
+# process, the critical path (docs/benchmarks.md); on one it would only add a process.
+_MIN_CPUS = 2
 
 
 def start_window_worker(proc: Any, emit: Any, finish: Any) -> WindowWorker | None:

@@ -127,10 +127,10 @@ def test_when_the_worker_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert start_window_worker(StreamProcessor(with_experiment, clock=ManualClock()), print, dict) is None
     monkeypatch.setenv("RANKWATCH_WINDOW_WORKER", "inline")
     assert start_window_worker(StreamProcessor(StreamConfig(), clock=ManualClock()), print, dict) is None
-    monkeypatch.delenv("RANKWATCH_WINDOW_WORKER")  # by default: from three CPUs
-    monkeypatch.setattr(window_worker, "usable_cpus", lambda: 2)
+    monkeypatch.delenv("RANKWATCH_WINDOW_WORKER")  # by default: from two CPUs
+    monkeypatch.setattr(window_worker, "usable_cpus", lambda: 1)
     assert start_window_worker(StreamProcessor(StreamConfig(), clock=ManualClock()), print, dict) is None
-    monkeypatch.setattr(window_worker, "usable_cpus", lambda: 3)
+    monkeypatch.setattr(window_worker, "usable_cpus", lambda: 2)
     worker = start_window_worker(StreamProcessor(StreamConfig(), clock=ManualClock()), print, dict)
     assert worker is not None
     worker.stop()
