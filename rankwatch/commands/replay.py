@@ -63,7 +63,10 @@ def command(
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.commands.event_files import events_translator
     from rankwatch.commands.log_reader import open_merge
+    from rankwatch.malloc import keep_freed_blocks
     from rankwatch.pipeline.stream.prepare import BatchSpec
+
+    keep_freed_blocks()  # the kernel's temporaries reused, not mapped and faulted in each time (rankwatch/malloc.py)
 
     config = _config(windows, attribution_window, allowed_disorder, by, ks)
     imp_paths = [_existing(p) for p in _csv(impression_files)]
