@@ -161,6 +161,9 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
     else:
         _print_table(doc)
         click.echo(summary)
+    from rankwatch.cli import skip_teardown
+
+    skip_teardown()  # files closed, the reader and the worker ended: the process may end without freeing each object
 
 
 _GC_YOUNG = 10_000  # allocations between two young collections during a replay (Python's default: 700)

@@ -282,3 +282,29 @@ def test_the_core_needs_a_batchs_lines_only_where_its_rows_do_not_cover_them() -
     assert _lines_needed((None, prepare_rows(spec, kinds[:1], clean[:1])), 2)  # rows of the first line only
     assert _lines_needed((None, None), 2)
     assert _lines_needed((object(), prepare_rows(spec, kinds, clean)), 2)  # translated: a team's schema
+
+
+def test_the_script_ends_without_teardown_and_loses_no_output(logs, tmp_path, capsys):
+    """``python -m rankwatch replay`` ends without the interpreter's teardown once it succeeded (cli.skip_teardown):
+    its stdout, summary, --windows-out and --dead-letter files are those of the replay run in-process, whole."""
+    import subprocess
+    import sys
+
+    d, _, _ = logs
+    args = ["replay", "--impressions", str(d / "impressions.jsonl"),
+            "--clicks", f"{d / 'clicks-1.jsonl.gz'},{d / 'clicks-2.jsonl'}", "--format", "json"]
+    outputs = {}
+    for way in ("script", "in-process"):
+        files = ["--windows-out", str(tmp_path / f"w-{way}.jsonl"), "--dead-letter", str(tmp_path / f"d-{way}.jsonl")]
+        if way == "script":
+            done = subprocess.run([sys.executable, "-m", "rankwatch", *args, *files], capture_output=True, text=True,
+                                  timeout=300)
+            rc, out, err = done.returncode, done.stdout, done.stderr
+        else:
+            rc = main([*args, *files])
+            captured = capsys.readouterr()
+            out, err = captured.out, captured.err
+        assert rc == 0, err
+        outputs[way] = (out, err, (tmp_path / f"w-{way}.jsonl").read_text(), (tmp_path / f"d-{way}.jsonl").read_text())
+    assert outputs["script"] == outputs["in-process"]
+    assert outputs["script"][0].endswith("}\n") and outputs["script"][2] and outputs["script"][3]
