@@ -30,6 +30,7 @@ from rankwatch.errors import ConfigError, RankwatchError
 
 if TYPE_CHECKING:
     from rankwatch.pipeline.stream.mapped import Translated
+    from rankwatch.pipeline.stream.prepare import PackedRows
 
 STREAM_ORDER = {"impressions": 0, "clicks": 1}
 
@@ -138,7 +139,8 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
             for kinds, values, sources, made in batches_with_rows(merge):
                 if made is None:  # read in this process: the core prepares the rows; the translations were kept here
                     made = (None if kept is None else kept.take(kinds, values), None)
-                translated, rows = made
+                translated, packed = made
+                rows = None if packed is None else packed.unpacked()  # the reader's rows (PackedRows)
                 emit(proc.process_batch(kinds, values, source_of=sources, rows=rows, translated=translated))
                 advance(len(values))
         emit(proc.flush())
@@ -217,19 +219,18 @@ class KeptTranslations:
         return Translated.of(each)
 
 
-def _lines_needed(made: tuple[Translated | None, Any], n: int) -> bool:
+def _lines_needed(made: tuple[Translated | None, PackedRows | None], n: int) -> bool:
     """Whether the core reads any of a batch's ``n`` lines besides the rows the reader made: unless they are the
     clean rows of every line (the batch path reads a line only where the per-record path takes it, or where it
     makes the rows itself; a team's schema keeps its lines for its dead letters)."""
     translated, rows = made
-    return (translated is not None or rows is None or rows.n_records != n
-            or None in rows.impressions[0] or None in rows.feedback[0])
+    return translated is not None or rows is None or rows.n_records != n or not rows.every_row_clean
 
 
 def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values: list[bytes],
                 caught_up: Any) -> Any:
     """What the log reader's process makes of a batch: the stateless rows of its first records, until the
-    core has caught up with the reader (it makes the rest itself)."""
+    core has caught up with the reader (it makes the rest itself), packed for the pipe (:class:`PackedRows`)."""
     from rankwatch.pipeline.stream.prepare import PreparedRows, prepare_rows
 
     parts = []
@@ -237,7 +238,7 @@ def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values:
         if caught_up():
             break
         parts.append(prepare_rows(spec, kinds[start:start + _PREPARE_STEP], values[start:start + _PREPARE_STEP], user_keys))
-    return PreparedRows.concat(parts) if parts else None
+    return PreparedRows.concat(parts).packed() if parts else None
 
 
 def _config(windows: tuple[str, ...], attribution: str, disorder: str, by: tuple[str, ...], ks: tuple[str, ...]) -> Any:

@@ -7,6 +7,7 @@ import gzip
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -276,12 +277,16 @@ def test_the_core_needs_a_batchs_lines_only_where_its_rows_do_not_cover_them() -
         {"item_id": "a", "position": 1, "score": 0.5}]}).encode()
     clk = json.dumps({"event_id": "e2", "request_id": "r1", "item_id": "a", "ts": 2, "action": "click"}).encode()
     kinds, clean = [True, False], [imp, clk]
-    assert not _lines_needed((None, prepare_rows(spec, kinds, clean)), 2)
-    assert _lines_needed((None, prepare_rows(spec, kinds, [imp, b"{not json"])), 2)  # a bad line: per record
-    assert _lines_needed((None, prepare_rows(spec, kinds, [b"{", clk])), 2)
-    assert _lines_needed((None, prepare_rows(spec, kinds[:1], clean[:1])), 2)  # rows of the first line only
+
+    def rows(kinds: list[bool], values: list[bytes]) -> Any:
+        return prepare_rows(spec, kinds, values).packed()  # as the reader hands them on
+
+    assert not _lines_needed((None, rows(kinds, clean)), 2)
+    assert _lines_needed((None, rows(kinds, [imp, b"{not json"])), 2)  # a bad line: per record
+    assert _lines_needed((None, rows(kinds, [b"{", clk])), 2)
+    assert _lines_needed((None, rows(kinds[:1], clean[:1])), 2)  # rows of the first line only
     assert _lines_needed((None, None), 2)
-    assert _lines_needed((object(), prepare_rows(spec, kinds, clean)), 2)  # translated: a team's schema
+    assert _lines_needed((object(), rows(kinds, clean)), 2)  # translated: a team's schema
 
 
 def test_the_script_ends_without_teardown_and_loses_no_output(logs, tmp_path, capsys):

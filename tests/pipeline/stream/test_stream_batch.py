@@ -218,3 +218,22 @@ def test_rows_of_parts_concatenate_to_the_rows_of_the_whole() -> None:
         whole = prepare_rows(spec, kinds, values, {})
         assert PreparedRows.concat(parts or [whole]) == whole, seed
         assert whole.n_records == len(seq) and len(whole.impressions[0]) == sum(kinds)
+
+
+def test_packed_rows_unpack_to_the_rows() -> None:
+    """``PreparedRows.packed`` (what the replay's reader pipes) gives back rows equal to the rows, placeholders of
+    the rows left to the per-record path included, on messy records and empty batches."""
+    import pickle
+    import random
+
+    spec = BatchSpec.of(CFG)
+    slow = 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        seq = _dense(rng, rng.randrange(0, 60))
+        rows = prepare_rows(spec, [k for k, _, _ in seq], [r for _, r, _ in seq], {})
+        packed = pickle.loads(pickle.dumps(rows.packed(), protocol=pickle.HIGHEST_PROTOCOL))
+        assert packed.unpacked() == rows, seed
+        assert packed.every_row_clean == (None not in rows.impressions[0] + rows.feedback[0])
+        slow += not packed.every_row_clean
+    assert slow > 10  # the messy records left some rows to the per-record path
