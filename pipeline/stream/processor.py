@@ -229,8 +229,14 @@ class StreamProcessor:
 
     def flush(self) -> list[PublishedWindow]:
         """End of input: finalize every pending request, orphan waiting feedback, publish every window."""
-        while self._pending.next_bucket() is not None:
+        pending, staging, step = self._pending, self._staging, self._step
+        while (b := pending.next_bucket()) is not None:
             self._finalize_bucket(evicted=False)
+            # A group is complete once the buckets of all its requests' deadlines are finalized: aggregated now,
+            # in the key order the end would take them (the same calls), so that a worker elsewhere
+            # (offload_windows) aggregates it while the rest is finalized here, not after.
+            for staged in staging.complete((b + 1) * step):
+                self._aggregate(staged)
         self._clk["orphan"] += self._early.expire(2**62)
         for staged in self._staging.complete(None):
             self._aggregate(staged)

@@ -141,3 +141,67 @@ def test_counting_only_is_decided_before_any_event_and_without_experiments() -> 
     by_variant = dataclasses.replace(CFG, slice_spec=SliceSpec(by=("variant",)), experiments=(spec,))
     with pytest.raises(ValueError, match="experiments"):
         StreamProcessor(by_variant, clock=ManualClock()).count_only_windows(["10s"])
+
+
+def _flush_at_once(proc: StreamProcessor) -> list[Any]:
+    """The flush as it was: every bucket finalized first, then every staged group aggregated in key order."""
+    while proc._pending.next_bucket() is not None:
+        proc._finalize_bucket(evicted=False)
+    proc._clk["orphan"] += proc._early.expire(2**62)
+    for staged in proc._staging.complete(None):
+        proc._aggregate(staged)
+    return proc._close(None)
+
+
+class _Calls:
+    """The staged batches handed to the kernel, in order (a WindowsElsewhere that records)."""
+
+    def __init__(self) -> None:
+        self.batches: list[Any] = []
+        self.published: dict[str, int] = {}
+
+    def aggregate(self, batch: Any, combo_keys: list[Any]) -> None:
+        self.batches.append((batch.to_state(), list(combo_keys)))
+
+    def close(self, horizon_ms: int | None, partitions: tuple[int, ...]) -> None:
+        self.batches.append(("close", horizon_ms))
+
+
+# An attribution window of six 10s groups: the flush finalizes several groups' requests.
+CFG_LONG = dataclasses.replace(CFG_WIDE, attribution_window_ms=60_000)
+
+
+@pytest.mark.parametrize("config", [CFG, CFG_WIDE, CFG_LONG], ids=["small caps", "wide", "long attribution"])
+def test_the_flush_aggregates_each_group_once_complete_with_the_calls_of_the_end(config: StreamConfig) -> None:
+    """``flush`` hands a staged group to the kernel as soon as its requests are finalized (a worker then
+    aggregates it while the rest is finalized): the same kernel calls in the same order, windows and stats as
+    the flush that aggregated every group at the end."""
+    progressive = 0
+    for seed in range(30):
+        rng = random.Random(seed)
+        seq = _drifting(rng, rng.choice([60, 400]))
+        runs = []
+        for flush in (StreamProcessor.flush, _flush_at_once):
+            proc = StreamProcessor(config, clock=ManualClock())
+            calls = _Calls()
+            proc.offload_windows(calls)
+            for a in range(0, len(seq), 64):
+                part = seq[a:a + 64]
+                proc.process_batch([k for k, _, _ in part], [r for _, r, _ in part])
+            finalize = proc._finalize_bucket
+
+            def finalize_marked(*, evicted: bool, proc: Any = proc, calls: _Calls = calls, finalize: Any = finalize) -> None:
+                calls.batches.append(("finalized",))
+                finalize(evicted=evicted)
+
+            proc._finalize_bucket = finalize_marked  # type: ignore[method-assign]
+            flush(proc)
+            runs.append(([c for c in calls.batches if c[0] != "finalized"], proc.stats(), calls.batches))
+        (now, stats, marked), (then, then_stats, _) = runs
+        assert now == then and stats == then_stats, seed
+        # the same calls, but a group came before the last bucket was finalized
+        last = max((i for i, c in enumerate(marked) if c[0] == "finalized"), default=-1)
+        progressive += any(c[0] not in ("close", "finalized") for c in marked[:last])
+        assert _run(config, seq, False, 64) == _run(config, seq, True, 64), seed
+    if config is CFG_LONG:
+        assert progressive > 10
