@@ -17,6 +17,10 @@ process, and of its reaped children apart: the replay's log reader and window wo
   (``stream_core.TEAM_FIELDS``, JSON) and replayed with the config that maps them, printed as a ratio to
   the native replay.
 
+With ``--processes ROUNDS`` it also times whole processes from the outside, as the issue's checks do: per round
+``python`` reading both files with ``json.loads``, ``python -m rankwatch replay`` twice, ``json.loads`` again (ABBA
+order), and prints the ratio of each round and their median.
+
 It prints requests/s of each and the ratios the product goals are stated in, replay / json.loads and
 replay / process_batch, by wall time (what a user sees on an idle machine with two cores or more), and the CPU
 time of all the replay's processes beside ``json.loads``' (the work it takes, whichever core does it: this
@@ -71,6 +75,9 @@ def main() -> None:
     ap.add_argument("--mapped", action="store_true",
                     help="also replay the same events in a team's nested list shape with --config (stream_core's "
                          "TEAM_FIELDS), printed as a ratio to the native replay of the same run")
+    ap.add_argument("--processes", type=int, default=0, metavar="ROUNDS",
+                    help="also time whole processes from the outside, as a user runs them: per round `python` "
+                         "reading both files with json.loads and `python -m rankwatch replay`, in ABBA order")
     args = ap.parse_args()
 
     events = build_events(args.requests, rate=args.rate)
@@ -128,6 +135,7 @@ def main() -> None:
         for _ in range(args.repeat):
             for name, fn in fns.items():
                 times[name].append(_timed(fn))
+        rounds = _whole_processes(imp, clk, args.processes)
     med = {k: [statistics.median(t[i] for t in v) for i in range(3)] for k, v in times.items()}
     print(f"{args.requests} requests, {len(events)} events, {size_mb:.0f} MB JSONL; medians of {args.repeat}")
     print(f"  {'':22s} {'wall s':>7s} {'req/s':>9s} {'CPU s':>7s} {'child CPU s':>12s}")
@@ -144,6 +152,33 @@ def main() -> None:
     if "replay --config" in med:
         print(f"replay --config (nested list shape) / replay (native), wall: "
               f"{med['replay'][0] / med['replay --config'][0]:.2f}x")
+    if rounds:
+        ratios = [(a + b) / (c + d) for a, c, d, b in rounds]
+        print(f"whole processes, {len(rounds)} rounds in ABBA order (json.loads, replay, replay, json.loads; wall s): "
+              + ", ".join(" ".join(f"{t:.2f}" for t in r) for r in rounds))
+        print(f"  replay / json.loads from the outside, per round: {', '.join(f'{x:.2f}' for x in ratios)} "
+              f"(median {statistics.median(ratios):.2f}x)")
+
+
+_LOADS = "import json, sys\nfor p in sys.argv[1:]:\n    with open(p, 'rb') as f:\n        for line in f:\n            json.loads(line)\n"
+
+
+def _whole_processes(imp: Path, clk: Path, rounds: int) -> list[tuple[float, float, float, float]]:
+    """Wall seconds of whole processes, ``rounds`` times in ABBA order: ``python`` reading both files with
+    ``json.loads`` line by line, ``python -m rankwatch replay --format json`` twice, ``json.loads`` again. The
+    order cancels the few per cent the second of two runs gains (warmer caches and clocks)."""
+    import subprocess
+
+    loads = [sys.executable, "-c", _LOADS, str(imp), str(clk)]
+    replay = [sys.executable, "-m", "rankwatch", "replay", "--impressions", str(imp), "--clicks", str(clk),
+              "--format", "json"]
+
+    def wall(cmd: list[str]) -> float:
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+        return time.perf_counter() - t
+
+    return [(wall(loads), wall(replay), wall(replay), wall(loads)) for _ in range(rounds)]
 
 
 def _team_files(events: list[Any], tmp: Path) -> list[str]:
