@@ -121,7 +121,13 @@ class WindowWorker:
         self._send(pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL))
 
     def close(self, horizon_ms: int | None, partitions: tuple[int, ...]) -> None:
-        self._pending.append(("close", horizon_ms, partitions))  # sent with the next batch (or the end)
+        # Sent with the next batch (or the end). The core closes at every watermark step (it cannot see which
+        # windows are open here); closes with no batch between them publish, at the last horizon, exactly what
+        # they would one after the other (horizons only grow, windows come out by end), so only the last goes.
+        if self._pending and self._pending[-1][0] == "close":
+            self._pending[-1] = ("close", horizon_ms, partitions)
+        else:
+            self._pending.append(("close", horizon_ms, partitions))
 
     def _send(self, data: bytes) -> None:
         self._pending = []
