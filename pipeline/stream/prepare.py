@@ -67,9 +67,9 @@ class PreparedRows(NamedTuple):
         f_eid, f_rid, f_item, f_ts, f_grade = self.feedback
         distinct: dict[Any, int] = {}
         codes = array("i", [distinct.setdefault(lbl, len(distinct)) for lbl in labels])
+        records = [p or b"" for p in packed]  # a row left to the per-record path has none
         return PackedRows(self.n_records, _joined(eid + rid), array("q", ts + n + user).tobytes(), list(distinct),
-                          codes.tobytes(), b"".join([p or b"" for p in packed]),
-                          array("i", [len(p or b"") for p in packed]).tobytes(), _slow(eid),
+                          codes.tobytes(), b"".join(records), array("i", map(len, records)).tobytes(), _slow(eid),
                           _joined(f_eid + f_rid + f_item), array("q", f_ts + f_grade).tobytes(), _slow(f_eid))
 
 

@@ -238,7 +238,7 @@ class StreamProcessor:
             for staged in staging.complete((b + 1) * step):
                 self._aggregate(staged)
         self._clk["orphan"] += self._early.expire(2**62)
-        for staged in self._staging.complete(None):
+        for staged in staging.complete(None):
             self._aggregate(staged)
         return self._close(None)
 

@@ -57,7 +57,7 @@ _AHEAD = 2  # batches the child may have ready beyond the one the parent reads
 # child is no batch ahead), and the parent makes the rest itself (module docstring).
 Prepare = Callable[[list[bool], list[bytes], Callable[[], bool]], Any]
 # Whether the parent needs a batch's lines besides what ``prepare`` made of them: (made, number of lines) -> bool.
-# Where it does not (replay: clean rows for every line), the lines are not sent (a tenth of a replay's copying).
+# Where it does not (replay: clean rows for every line), the lines are not sent (module docstring).
 LinesNeeded = Callable[[Any, int], bool]
 
 
