@@ -44,7 +44,7 @@ from rankwatch.pipeline.stream.prepare import BatchSpec, PreparedRows
 from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.stream.staging import ListStaging
 from rankwatch.pipeline.stream.watermark import Watermark
-from rankwatch.pipeline.stream.windows import WindowsElsewhere, WindowSet
+from rankwatch.pipeline.stream.windows import BatchParts, WindowsElsewhere, WindowSet
 
 
 class StreamProcessor:
@@ -288,13 +288,13 @@ class StreamProcessor:
             raise ValueError(f"no such window size: {', '.join(sorted(unknown))}")
         self._windows.counted_only = frozenset(i for i, lbl in enumerate(self._windows.labels) if lbl in labels)
 
-    def apply_offloaded(self, op: tuple[Any, ...]) -> list[PublishedWindow]:
+    def apply_offloaded(self, op: tuple[Any, ...], made: BatchParts | None = None) -> list[PublishedWindow]:
         """Run one operation an offloading processor handed on (:meth:`offload_windows`); returns what a close
-        published."""
+        published. ``made``: :meth:`offloaded_parts` of an ``aggregate`` operation, when made ahead."""
         if op[0] == "aggregate":
             _, batch, new_keys = op
             self._combo_keys.extend(new_keys)
-            self._aggregate(batch)
+            self._aggregate(batch, made)
             return []
         _, horizon, partitions = op
         return self._publish_due(horizon, partitions)
@@ -418,12 +418,18 @@ class StreamProcessor:
         for staged in self._staging.add(batch):
             self._aggregate(staged)
 
-    def _aggregate(self, batch: FinalizedBatch) -> None:
-        """One kernel call for the batch, its parts into the windows (:meth:`WindowSet.add_batch`), or elsewhere."""
+    def offloaded_parts(self, op: tuple[Any, ...]) -> BatchParts:
+        """The kernel's parts of an ``aggregate`` operation (:meth:`WindowSet.kernel`): stateless, so they can be
+        made ahead of :meth:`apply_offloaded`, several at once."""
+        return self._windows.kernel(op[1])
+
+    def _aggregate(self, batch: FinalizedBatch, made: BatchParts | None = None) -> None:
+        """One kernel call for the batch (unless ``made``), its parts into the windows (:meth:`WindowSet.add_parts`),
+        or elsewhere."""
         if self._windows_elsewhere is not None:
             self._windows_elsewhere.aggregate(batch, self._combo_keys)
             return
-        metrics = self._windows.add_batch(batch, self._combo_keys)
+        metrics = self._windows.add_parts(self._windows.kernel(batch) if made is None else made, self._combo_keys)
         self._experiments.fold(batch, metrics, self._combo_keys)
 
     # -- snapshot --------------------------------------------------------------------------------------

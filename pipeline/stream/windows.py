@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -124,6 +124,15 @@ class OpenWindow:
     slices: dict[int, SliceAccumulator] = field(default_factory=dict)
 
 
+class BatchParts(NamedTuple):
+    """:meth:`WindowSet.kernel` of a staged batch: a row ``(window start of every size..., combo)`` and its
+    :class:`RankingAggregate` part for each distinct row, and the batch's per-request metrics."""
+
+    rows: list[list[int]]
+    parts: list[RankingAggregate]
+    metrics: PerRequestMetrics
+
+
 class WindowsElsewhere(Protocol):
     """Where :meth:`StreamProcessor.offload_windows` hands the aggregation half."""
 
@@ -171,6 +180,11 @@ class WindowSet:
     def add_batch(self, batch: FinalizedBatch, slice_keys: list[SliceKey]) -> PerRequestMetrics:
         """One kernel call for a staged batch; its parts per (window starts, slice) go to the accumulators, in
         slice-key order. Returns the batch's per-request metrics (the user-unit experiments fold them)."""
+        return self.add_parts(self.kernel(batch), slice_keys)
+
+    def kernel(self, batch: FinalizedBatch) -> BatchParts:
+        """The stateless half of :meth:`add_batch`: the batch's parts per (window starts, combo). It reads no
+        window, so the parts of several batches can be made at once, by threads (numpy's sorts release the GIL)."""
         sizes = self.sizes_ms
         ts = batch.ts_ms
         starts = [ts - ts % size for size in sizes]
@@ -190,13 +204,19 @@ class WindowSet:
             metrics, batch.labels, batch.scores, inverse.reshape(-1), len(uniq), self.options,
             gauc_keys=batch.users, gauc_open=True,  # a user's requests span batches
         )
-        # Add parts in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
-        # of float additions into the overall accumulators must not.
-        for row, part in sorted(zip(uniq.tolist(), parts, strict=True),
+        return BatchParts(uniq.tolist(), parts, metrics)
+
+    def add_parts(self, made: BatchParts, slice_keys: list[SliceKey]) -> PerRequestMetrics:
+        """The stateful half of :meth:`add_batch`: ``made`` (:meth:`kernel` of the batch) into the accumulators.
+
+        Parts are added in slice-key order, not combo-id order: combo ids depend on arrival order, and the order
+        of float additions into the overall accumulators must not."""
+        n_sizes = len(self.sizes_ms)
+        for row, part in sorted(zip(made.rows, made.parts, strict=True),
                                 key=lambda rp: (rp[0][:-1], slice_keys[rp[0][-1]])):
-            for i in range(len(sizes)):
+            for i in range(n_sizes):
                 self.add(i, row[i], row[-1], part)
-        return metrics
+        return made.metrics
 
     def close(
         self, horizon_ms: int | None, slice_keys: list[SliceKey], partitions: tuple[int, ...]

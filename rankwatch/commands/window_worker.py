@@ -23,7 +23,10 @@ Priority: while the input lasts, the core's process and the log reader are the c
 work can wait; its thread runs at a lowered priority (nice :data:`_BACKGROUND_NICE`), so it takes the time they
 leave on two cores instead of a third of each. Once the core has sent everything, the worker is the critical
 path, and its main thread, at normal priority, takes over (Linux keeps a nice value per thread). Elsewhere the
-worker runs at normal priority.
+worker runs at normal priority. In that tail (the second core idle but for it: about a third of the groups
+are still to aggregate, at nice 10 the worker did little while the input lasted) two threads make the kernels'
+parts ahead, which are pure and spend their time in numpy sorts that release the GIL (1.6-1.7x on two), while
+the main thread adds them to the windows in order: whole replays took 0.975 of the time (docs/benchmarks.md).
 
 Bounds: the worker holds at most :data:`_QUEUED_BYTES` of received messages (then the pipe fills and the core's
 sends wait), so memory stays bounded however far the core runs ahead; the core waits for the result only
@@ -48,6 +51,7 @@ import sys
 import threading
 import traceback
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rankwatch.consumers.handoff import widen_pipe
@@ -58,6 +62,7 @@ _END = b"end"  # the core's last message: no more operations, send the result
 _RESULT_POLL_S = 1.0  # how often the core, waiting for the result, checks that the worker is alive
 _BACKGROUND_NICE = 10  # the niceness of the worker's thread while the input lasts (Linux: nice is per thread)
 _JOIN_TIMEOUT_S = 5.0
+_TAIL_THREADS = 2  # threads making the kernels' parts ahead once the core has sent everything
 # CPUs from which the worker runs by default: on two it takes the kernel and the document off the core's
 # process, the critical path (docs/benchmarks.md); on one it would only add a process.
 _MIN_CPUS = 2
@@ -228,10 +233,9 @@ def _serve(proc: Any, ops_in: Any, results_out: Any, emit: Any, finish: Any, cor
 
     outcome: list[Any] = []  # the background thread's: True once it applied everything, or its exception
 
-    def apply(until_ended: bool) -> bool:
-        """Apply messages in order (only until the core has sent everything, when ``until_ended``); True once
-        the last one is applied."""
-        while not (until_ended and inbox.ended.is_set()):
+    def apply() -> bool:
+        """Apply messages in order until the core has sent everything; True if the last one is applied."""
+        while not inbox.ended.is_set():
             data = inbox.get()
             if data is None:
                 raise EOFError("the replay's core process has gone")
@@ -241,10 +245,24 @@ def _serve(proc: Any, ops_in: Any, results_out: Any, emit: Any, finish: Any, cor
                 emit(proc.apply_offloaded(op))
         return False
 
+    def apply_rest() -> None:
+        """The rest, once the core has sent everything (all of it is in the inbox): the kernels of the staged
+        batches are made ahead by two threads (their sorts release the GIL), while this thread adds them to the
+        windows in order. The second core is free by then: the core's process only waits for the result."""
+        ops: list[tuple[Any, ...]] = []
+        while (data := inbox.get()) != _END:
+            if data is None:
+                raise EOFError("the replay's core process has gone")
+            ops += pickle.loads(data)
+        with ThreadPoolExecutor(max_workers=_TAIL_THREADS, thread_name_prefix="rankwatch-window-kernel") as pool:
+            made = [pool.submit(proc.offloaded_parts, op) if op[0] == "aggregate" else None for op in ops]
+            for op, parts in zip(ops, made, strict=True):
+                emit(proc.apply_offloaded(op, None if parts is None else parts.result()))
+
     def background() -> None:
         _lower_priority()
         try:
-            outcome.append(apply(until_ended=True))
+            outcome.append(apply())
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             outcome.append(e)
 
@@ -256,7 +274,7 @@ def _serve(proc: Any, ops_in: Any, results_out: Any, emit: Any, finish: Any, cor
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         if not outcome[0]:
-            apply(until_ended=False)  # the rest, at normal priority
+            apply_rest()  # at normal priority
         result = finish()
         results_out.send_bytes(pickle.dumps(("done", proc.stats().windows_published, result),
                                             protocol=pickle.HIGHEST_PROTOCOL))

@@ -47,6 +47,55 @@ def test_the_worker_gives_the_replay_in_one_process(logs: Any, tmp_path: Path, c
     assert json.loads(worker[0])["overall"]["requests"] > 100 and worker[2].count("\n") > 10  # windows written
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_rest_after_the_input_has_the_kernels_made_ahead_by_threads(
+        logs: Any, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch, fails: bool) -> None:  # noqa: F811
+    """The worker's background thread is held until the core has sent everything, so the main thread applies every
+    operation, its kernels made by the tail's threads: the same outputs as the replay in one process; a kernel
+    failing in one of those threads is one line."""
+    import threading
+
+    import rankwatch.commands.window_worker as window_worker
+
+    d, _, _ = logs
+    monkeypatch.setenv("RANKWATCH_WINDOW_WORKER", "process")
+    monkeypatch.setattr(log_reader, "open_merge", functools.partial(log_reader.open_merge, chunk_bytes=1 << 13))
+    ended = threading.Event()  # in the worker (a fork of this process): the core's end is in its inbox
+    put = window_worker._Inbox.put
+
+    def put_and_tell(self: Any, data: bytes | None) -> None:
+        put(self, data)
+        if data == window_worker._END:
+            ended.set()
+
+    monkeypatch.setattr(window_worker._Inbox, "put", put_and_tell)
+    monkeypatch.setattr(window_worker, "_lower_priority", lambda: ended.wait(DEADLINE_S))
+    threads = tmp_path / "threads"
+    make = StreamProcessor.offloaded_parts
+
+    def recorded(self: StreamProcessor, op: tuple[Any, ...]) -> Any:
+        with threads.open("a") as f:
+            f.write(threading.current_thread().name + "\n")
+        if fails:
+            raise ValueError("no such slice")
+        return make(self, op)
+
+    monkeypatch.setattr(StreamProcessor, "offloaded_parts", recorded)
+    if fails:
+        rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-2.jsonl")])
+        err = capsys.readouterr().err
+        assert rc != 0 and "the window worker failed: ValueError: no such slice" in err
+        assert len(err.strip().splitlines()) == 1
+        return
+    (tmp_path / "worker").mkdir()
+    (tmp_path / "inline").mkdir()
+    worker = _replay_outputs(d, tmp_path / "worker", capsys)
+    made_by = threads.read_text().split()
+    assert len(made_by) > 10 and all(name.startswith("rankwatch-window-kernel") for name in made_by)
+    monkeypatch.setenv("RANKWATCH_WINDOW_WORKER", "inline")
+    assert worker == _replay_outputs(d, tmp_path / "inline", capsys)
+
+
 def _count_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     started = [0]
     original = WindowWorker.__init__
@@ -60,7 +109,7 @@ def _count_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _failing_apply(how: str) -> Any:
-    def apply(self: StreamProcessor, op: tuple[Any, ...]) -> Any:
+    def apply(self: StreamProcessor, op: tuple[Any, ...], made: Any = None) -> Any:
         if op[0] == "aggregate":
             if how == "raises":
                 raise ValueError("no such slice")
