@@ -92,6 +92,7 @@ class PackedRows(NamedTuple):
     fb_ids: str  # event ids, request ids, item ids
     fb_ints: bytes  # ts, then grades
     fb_slow: bytes
+    missing: int = 0  # the kinds whose rows were not made (1: impressions, 2: feedback): see :meth:`completed`
 
     @property
     def every_row_clean(self) -> bool:
@@ -122,6 +123,23 @@ class PackedRows(NamedTuple):
             f_eid[i] = f_rid[i] = f_item[i] = None
         return PreparedRows(self.n_records, [eid, rid, ints[:m], labels, ints[m:2 * m], packed, ints[2 * m:]],
                             [f_eid, f_rid, f_item, f_ints[:k], f_ints[k:]])
+
+
+    def completed(self, spec: BatchSpec, kinds: Sequence[bool], lines: Sequence[bytes],
+                  user_keys: dict[str, int] | None = None) -> PreparedRows:
+        """:meth:`unpacked`, with the rows of a kind not made (:attr:`missing`) made here from the batch's
+        ``lines`` (of ``kinds``): all of that kind's, in order, as :func:`prepare_rows` makes them."""
+        rows = self.unpacked()
+        if not self.missing:
+            return rows
+        imp, fb = rows.impressions, rows.feedback
+        every = lines[:len(kinds)]  # one slice: a blob of lines (log_reader.Lines) cuts them in one pass
+        for bit, kind in ((1, True), (2, False)):
+            if self.missing & bit:
+                of_kind = [line for k, line in zip(kinds, every, strict=True) if k == kind]
+                made = prepare_rows(spec, [kind] * len(of_kind), of_kind, user_keys)
+                imp, fb = (made.impressions, fb) if kind else (imp, made.feedback)
+        return PreparedRows(self.n_records, imp, fb)
 
 
 def _joined(texts: list[Any]) -> str:

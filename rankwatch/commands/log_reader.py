@@ -14,8 +14,10 @@ batch it handed over waits for the parent (a shared counter of the batches the p
 child). Once the parent has caught up, the child hands the batch over as it is and reads on, and the parent
 makes the rows the child did not. So the work goes where there is time: when the parent is the slower one
 (finalizing) the child prepares whole batches ahead; when the child is (early in a replay, or translating a
-team's schema) it only reads. A writer thread and a queue of two batches let the child work while the parent
-reads. Where the parent needs none of a batch's lines besides the rows (``lines_needed``: clean rows of every
+team's schema) it only reads. With one file a stream, ``rankwatch replay`` makes the same decision a chunk of a
+file at a time, as the chunk is read, and the rows give the merge its times (``child_ts_of``;
+rankwatch/commands/rows_as_read.py): a line is then decoded once, not once for its time and again for its row.
+A writer thread and a queue of two batches let the child work while the parent reads. Where the parent needs none of a batch's lines besides the rows (``lines_needed``: clean rows of every
 line), only their number goes (:class:`Unsent`): the lines were a third of what was copied. A batch travels
 through a ring of shared memory (:class:`rankwatch.consumers.handoff.RequestRing`, 32 MiB,
 the one ``rankwatch run``'s core process reads its requests from) and the pipe carries its 17-byte descriptor:
@@ -64,14 +66,16 @@ LinesNeeded = Callable[[Any, int], bool]
 def open_merge(files: list[tuple[Path, str]], *, ts_of: TimesOf | None = None,
                opener: Callable[..., Any] | None = None, chunk_bytes: int = CHUNK_BYTES,
                prepare: Prepare | None = None, lines_needed: LinesNeeded | None = None,
-               ) -> EventLogMerge | PrefetchedMerge:
+               child_ts_of: TimesOf | None = None) -> EventLogMerge | PrefetchedMerge:
     """The files' batches in merge order: read by a child process where possible (module docstring).
     ``prepare``: what the child also makes of each batch (:func:`batches_with_rows`); ``lines_needed``: whether
-    the parent reads a batch's lines too (by default it may): where not, they stay in the child."""
+    the parent reads a batch's lines too (by default it may): where not, they stay in the child. ``child_ts_of``:
+    the child's ``ts_of`` instead of ``ts_of``, where ``prepare`` hands on what it made as it read the lines
+    (rankwatch/commands/rows_as_read.py); an in-process merge uses ``ts_of``."""
     if os.environ.get("RANKWATCH_LOG_READER", "child") == "inline" or "fork" not in multiprocessing.get_all_start_methods():
         return EventLogMerge(files, chunk_bytes=chunk_bytes, ts_of=ts_of, opener=opener)
-    return PrefetchedMerge(files, ts_of=ts_of, opener=opener, chunk_bytes=chunk_bytes, prepare=prepare,
-                           lines_needed=lines_needed)
+    return PrefetchedMerge(files, ts_of=child_ts_of or ts_of, opener=opener, chunk_bytes=chunk_bytes,
+                           prepare=prepare, lines_needed=lines_needed)
 
 
 def batches_with_rows(merge: EventLogMerge | PrefetchedMerge) -> Iterator[tuple[list[bool], Sequence[bytes],

@@ -5,8 +5,9 @@ The files are read in chunks of lines and merged by event time chunk by chunk
 clicks at equal times), in a child process a batch ahead (:mod:`rankwatch.commands.log_reader`), and each
 merged batch goes through the streaming core's batch path in one call. The child also makes the batch path's
 stateless rows (decoded, checked, packed: :mod:`pipeline.stream.prepare`) while the core is busy, so the
-core's process mostly applies them; with ``--config`` it hands on each line's translation, made once when
-the merge read the line's event time (:class:`KeptTranslations`). A
+core's process mostly applies them (with one file a stream it makes them as it reads the lines, and takes the
+merge's times from them: :mod:`rankwatch.commands.rows_as_read`); with ``--config`` it hands on each line's
+translation, made once when the merge read the line's event time (:class:`KeptTranslations`). A
 line whose ``ts`` cannot be read reaches the processor where a per-line merge would have handed it over,
 and is rejected with its reason (counted and dead-lettered, never lost).
 Each file is assumed to be roughly in time order: disorder beyond ``--allowed-disorder`` makes events late,
@@ -64,6 +65,7 @@ def command(
     """Replay logged impressions and clicks through the streaming join and print the metrics."""
     from rankwatch.commands.event_files import events_translator
     from rankwatch.commands.log_reader import open_merge
+    from rankwatch.commands.rows_as_read import RowsAsRead
     from rankwatch.malloc import keep_freed_blocks
     from rankwatch.pipeline.stream.prepare import BatchSpec
 
@@ -83,8 +85,14 @@ def command(
     # meanwhile; nothing it runs needs them.
     kept = None if translator is None else KeptTranslations(translator)
     ts_of = None if kept is None else kept.ts_of
-    prepare = functools.partial(_made_by_reader, kept, BatchSpec.of(config), {})
-    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare, lines_needed=_lines_needed)
+    prepare: Any = functools.partial(_made_by_reader, kept, BatchSpec.of(config), {})
+    child_ts_of = None
+    if kept is None and RowsAsRead.applies([s for _, s in files]):  # each line decoded once (rows_as_read.py)
+        as_read = RowsAsRead(BatchSpec.of(config))
+        child_ts_of = as_read.ts_of
+        prepare = functools.partial(_rows_as_read, as_read)
+    merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare, lines_needed=_lines_needed,
+                       child_ts_of=child_ts_of)
     try:
         _replay(merge, config, translator, kept, fmt, windows_out, dead_letter)
     finally:
@@ -110,6 +118,7 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
         proc.count_only_windows([w for w in config.windows if w != largest])
     out_file: IO[str] | None = open(windows_out, "a", encoding="utf-8") if windows_out else None  # noqa: SIM115
     published: list[Any] = []
+    user_keys: dict[str, int] = {}  # user_id -> its GAUC key, for the rows made here (a cache, as in prepare_rows)
 
     def emit(windows: list[Any]) -> None:
         for w in windows:
@@ -140,7 +149,8 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
                 if made is None:  # read in this process: the core prepares the rows; the translations were kept here
                     made = (None if kept is None else kept.take(kinds, values), None)
                 translated, packed = made
-                rows = None if packed is None else packed.unpacked()  # the reader's rows (PackedRows)
+                # the reader's rows (PackedRows), those of a kind it did not make made here
+                rows = None if packed is None else packed.completed(proc.batch_spec, kinds, values, user_keys)
                 emit(proc.process_batch(kinds, values, source_of=sources, rows=rows, translated=translated))
                 advance(len(values))
         emit(proc.flush())
@@ -184,6 +194,12 @@ def _made_by_reader(kept: KeptTranslations | None, spec: Any, user_keys: dict[st
     return translated, _rows_until(spec, user_keys, kinds, translated.single, caught_up)
 
 
+def _rows_as_read(as_read: Any, kinds: list[bool], values: Sequence[bytes], caught_up: Any) -> tuple[None, Any]:
+    """:func:`_made_by_reader` where the rows were made as the lines were read (:mod:`rankwatch.commands.rows_as_read`):
+    every batch's, whatever the core's progress."""
+    return None, as_read.take(kinds, caught_up)
+
+
 class KeptTranslations:
     """A team's messages translated once, when the merge reads their event times, and kept until their batch.
 
@@ -224,7 +240,8 @@ def _lines_needed(made: tuple[Translated | None, PackedRows | None], n: int) -> 
     clean rows of every line (the batch path reads a line only where the per-record path takes it, or where it
     makes the rows itself; a team's schema keeps its lines for its dead letters)."""
     translated, rows = made
-    return translated is not None or rows is None or rows.n_records != n or not rows.every_row_clean
+    return (translated is not None or rows is None or rows.n_records != n or not rows.every_row_clean
+            or bool(rows.missing))
 
 
 def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values: list[bytes],

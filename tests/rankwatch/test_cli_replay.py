@@ -172,9 +172,10 @@ def test_replay_equals_offline_for_the_issue_13_metrics(logs, capsys):
             assert g[k] == (pytest.approx(w[k], abs=1e-12) if isinstance(w[k], float | list) else w[k]), k
 
 
-def _replay_outputs(d: Path, out: Path, capsys) -> tuple[str, str, str, str]:
-    rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), "--clicks", str(d / "clicks-1.jsonl.gz"),
-               "--clicks", str(d / "clicks-2.jsonl"), "--format", "json", "--window", "10m",
+def _replay_outputs(d: Path, out: Path, capsys, clicks: tuple[str, ...] = ("clicks-1.jsonl.gz", "clicks-2.jsonl"),
+                    ) -> tuple[str, str, str, str]:
+    rc = main(["replay", "--impressions", str(d / "impressions.jsonl"), *(a for c in clicks for a in ("--clicks", str(d / c))),
+               "--format", "json", "--window", "10m",
                "--windows-out", str(out / "windows.jsonl"), "--dead-letter", str(out / "dead.jsonl")])
     got = capsys.readouterr()
     assert rc == 0, got.err
@@ -203,6 +204,46 @@ def test_rows_made_by_the_reader_give_the_in_process_replay(logs, tmp_path, caps
     child = _replay_outputs(d, tmp_path / "child", capsys)
     monkeypatch.setenv("RANKWATCH_LOG_READER", "inline")
     inline = _replay_outputs(d, tmp_path / "inline", capsys)
+    assert child == inline
+    assert json.loads(child[0])["overall"]["requests"] > 100 and child[3].count("\n") > 20  # it had work
+
+
+@pytest.mark.parametrize("decisions", ["as the reader decides", "random"])
+def test_rows_made_as_the_lines_are_read_give_the_in_process_replay(logs, tmp_path, capsys, monkeypatch, decisions):
+    """One file a stream: the reader makes a chunk's rows as it reads it (and takes the times from them) while
+    it is ahead, and only reads the times once the core waits, the core then making that kind's rows
+    (rankwatch/commands/rows_as_read.py). The same outputs as the replay in one process."""
+    import random
+
+    import rankwatch.commands.log_reader as log_reader
+    from rankwatch.commands.rows_as_read import RowsAsRead
+
+    d, _, _ = logs
+    one = tmp_path / "clicks.jsonl"  # both click files as one: the clicks as generated
+    one.write_bytes(gzip.decompress((d / "clicks-1.jsonl.gz").read_bytes()) + (d / "clicks-2.jsonl").read_bytes())
+    (tmp_path / "impressions.jsonl").write_bytes((d / "impressions.jsonl").read_bytes())
+    monkeypatch.setattr(log_reader, "open_merge", functools.partial(log_reader.open_merge, chunk_bytes=1 << 13))
+    taken = tmp_path / "taken"
+    take = RowsAsRead.take
+
+    def recording(self, kinds, caught_up):  # type: ignore[no-untyped-def]
+        if decisions == "random":  # the reader is ahead, or not, at random
+            rng = random.Random(len(kinds))
+            caught_up = lambda: rng.random() < 0.5  # noqa: E731
+        packed = take(self, kinds, caught_up)
+        with taken.open("a") as f:
+            f.write(f"{None if packed is None else packed.missing}\n")
+        return packed
+
+    monkeypatch.setattr(RowsAsRead, "take", recording)
+    (tmp_path / "child").mkdir()
+    (tmp_path / "inline").mkdir()
+    child = _replay_outputs(tmp_path, tmp_path / "child", capsys, clicks=("clicks.jsonl",))
+    made = taken.read_text().split()
+    assert {"0", "None"} <= set(made) and len(made) > 20  # batches the reader made, batches the core made
+    assert decisions != "random" or {"1", "2"} <= set(made)  # and batches with one kind made by each
+    monkeypatch.setenv("RANKWATCH_LOG_READER", "inline")
+    inline = _replay_outputs(tmp_path, tmp_path / "inline", capsys, clicks=("clicks.jsonl",))
     assert child == inline
     assert json.loads(child[0])["overall"]["requests"] > 100 and child[3].count("\n") > 20  # it had work
 
