@@ -145,7 +145,8 @@ class RankingAggregate:
             out[name] = self.sums[name].mean()
         out["auc_roc"] = self.histogram.auc_roc()
         out["auc_pr"] = self.histogram.average_precision()
-        out["gauc"], out["gauc_groups"], out["gauc_groups_excluded"] = self.gauc.value(self.options.gauc_weight)
+        out["gauc"], out["gauc_groups"], out["gauc_groups_excluded"] = self.gauc.value(self.options.gauc_weight,
+                                                                                      self._open_scores())
         out["gauc_items_dropped"] = self.gauc.dropped  # online: items past gauc_max_items (0 offline)
         out["positive_rate"] = self.positives / self.items if self.items else None
         out["positives"] = self.positives
@@ -159,8 +160,17 @@ class RankingAggregate:
         defined = self.histogram.auc_roc() is not None
         out["auc_roc"] = auc_roc_stderr(self.histogram, self.clusters) if defined else None
         out["auc_pr"] = auc_pr_stderr(self.histogram, self.clusters) if defined else None
-        out["gauc"] = self.gauc.stderr(self.options.gauc_weight)  # groups (users) as units
+        out["gauc"] = self.gauc.stderr(self.options.gauc_weight, self._open_scores())  # groups (users) as units
         return out
+
+    def _open_scores(self) -> npt.NDArray[np.float64] | None:
+        """The sorted distinct scores of GAUC's open items where the AUC histogram has them: an exact histogram
+        counting as many items as are open (both are given every item of every list; GAUC keeps up to its cap),
+        so the same items. None otherwise."""
+        h = self.histogram
+        if h.lows is not None or self.gauc.n_open == 0 or int(h.pos.sum() + h.neg.sum()) != self.gauc.n_open:
+            return None
+        return h.scores
 
     def position_ctr(self) -> list[float | None]:
         """Click-through at ranks 1..``ctr_ranks``: positive / shown items at the rank, None where none shown."""

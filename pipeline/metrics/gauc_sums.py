@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from rankwatch.pipeline.metrics.gauc import BoolArray, FloatArray, GroupAuc, IntArray, group_auc, run_starts
+from rankwatch.pipeline.metrics.gauc import (
+    BoolArray,
+    FloatArray,
+    GroupAuc,
+    IntArray,
+    ScoreImage,
+    group_auc,
+    run_starts,
+)
 from rankwatch.pipeline.metrics.uncertainty import ratio_variance
 
 
@@ -110,11 +118,12 @@ class GaucSums:
                 self._n_open += take
                 room -= take
 
-    def totals(self, weight_kind: str) -> tuple[float, float, int, int]:
-        """``(weighted, weight, groups, excluded)`` including the open groups."""
-        return self._closed(weight_kind)[:4]  # type: ignore[return-value]
+    def totals(self, weight_kind: str, distinct: FloatArray | None = None) -> tuple[float, float, int, int]:
+        """``(weighted, weight, groups, excluded)`` including the open groups (``distinct``: see :meth:`value`)."""
+        return self._closed(weight_kind, distinct)[:4]  # type: ignore[return-value]
 
-    def _closed(self, weight_kind: str) -> tuple[float, float, int, int, tuple[float, float, float] | None]:
+    def _closed(self, weight_kind: str, distinct: FloatArray | None = None,
+                ) -> tuple[float, float, int, int, tuple[float, float, float] | None]:
         """The sums and moments with the open groups closed (not stored: they may still grow)."""
         if self._n_open == 0:
             return self.weighted, self.weight, self.groups, self.excluded, self.moments
@@ -123,21 +132,28 @@ class GaucSums:
             return memo
         keys, scores, rel = self.open_items()
         dense, codes = dense_ids(keys)
-        counts = group_auc(dense, scores, rel, codes.size)
+        if distinct is None:
+            counts = group_auc(dense, scores, rel, codes.size)
+        else:  # the scores' image without a sort of every score (GroupAuc's many-ties case sorted twice)
+            counts = group_auc(dense, scores, rel, codes.size,
+                               image=ScoreImage.of(scores, rel, codes.size, distinct=distinct))
         w, s, g, e, m = weighted_moments(counts, np.zeros(codes.size, np.int64), 1, weight_kind)
         memo = (self.weighted + float(w[0]), self.weight + float(s[0]), self.groups + int(g[0]),
                 self.excluded + int(e[0]), _add_moments(self.moments, _moments_of(m[0])))  # fmt: skip
         self._closed_memo[weight_kind] = memo
         return memo
 
-    def value(self, weight_kind: str) -> tuple[float | None, int | None, int | None]:
-        """``(gauc, groups, excluded)``; GAUC is None without a two-class group or without a group key."""
+    def value(self, weight_kind: str, distinct: FloatArray | None = None) -> tuple[float | None, int | None, int | None]:
+        """``(gauc, groups, excluded)``; GAUC is None without a two-class group or without a group key.
+
+        ``distinct``: the sorted distinct scores of the open items, where the caller knows them (an exact AUC
+        histogram of the same items): closing the groups then sorts the items once."""
         if not self.available:
             return None, None, None
-        weighted, weight, groups, excluded = self.totals(weight_kind)
+        weighted, weight, groups, excluded = self.totals(weight_kind, distinct)
         return (weighted / weight if weight > 0 else None), groups, excluded
 
-    def stderr(self, weight_kind: str) -> float | None:
+    def stderr(self, weight_kind: str, distinct: FloatArray | None = None) -> float | None:
         r"""SE of GAUC as a ratio of sums over independent groups (users), by the delta method.
 
         :math:`GAUC = \sum_g w_g A_g / \sum_g w_g`; with :math:`Y_g = w_g A_g` and :math:`N_g = w_g` this
@@ -147,7 +163,7 @@ class GaucSums:
         """
         if not self.available:
             return None
-        weighted, weight, groups, _excluded, moments = self._closed(weight_kind)
+        weighted, weight, groups, _excluded, moments = self._closed(weight_kind, distinct)
         if moments is None:
             return None
         var = ratio_variance(groups, weighted, weight, moments[0], moments[1], moments[2])
