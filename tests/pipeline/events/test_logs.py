@@ -162,3 +162,29 @@ def test_replay_through_the_batch_path_equals_per_record_processing(tmp_path: Pa
     assert batched[0] == per_record[0] and batched[0]
     assert batched[1] == per_record[1]
     assert batched[2] == per_record[2] and batched[2]
+
+
+def test_a_file_is_read_in_chunks_doubling_from_the_first_read(tmp_path: Path) -> None:
+    """The first read is FIRST_CHUNK_BYTES (the first batch waits for it), each next one twice the last, up to
+    the chunk size; every line comes once, in order, with its number."""
+    from rankwatch.pipeline.events.logs import FIRST_CHUNK_BYTES, LogFile
+
+    lines = [b'{"ts": %d, "pad": "%s"}' % (i, b"x" * (i % 200)) for i in range(40_000)]
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    log = LogFile(path, "impressions", 0, chunk_bytes=4 * FIRST_CHUNK_BYTES)
+    sizes: list[int] = []
+    got: list[bytes] = []
+    numbers: list[int] = []
+    while True:
+        chunk, at = log.read_chunk()
+        if not chunk:
+            break
+        sizes.append(sum(map(len, chunk)) + len(chunk))
+        got += chunk
+        numbers += at.tolist()
+    assert got == lines and numbers == list(range(1, len(lines) + 1))
+    slack = 1024  # a chunk also holds the end of the line the read before it cut
+    first = FIRST_CHUNK_BYTES
+    assert sizes[0] <= first < sizes[1] <= 2 * first + slack < sizes[2] <= 4 * first + slack
+    assert all(s <= 4 * first + slack for s in sizes) and len(sizes) > 4
