@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 
 echo "== installing rankwatch with test extras"
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# An editable install compiles nothing, and where PYTHONDONTWRITEBYTECODE is set (these machines set it) every
+# `rankwatch` process, hundreds of them in the tests, compiled the sources again: about 60 ms each
+# (docs/benchmarks.md). Compiled once here (pip compiles a non-editable install itself).
+python3 -m compileall -q -j 0 rankwatch pipeline consumers exporters
 
 # Debian packages the tests need: promtool/prometheus for rules and live queries, Java and Maven for the
 # real Kafka broker (its jars come from Maven Central via deploy/kafka/local.sh fetch).
