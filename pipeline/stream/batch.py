@@ -102,6 +102,11 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
     slow_imp, slow_fb = proc.process_impression, proc.process_feedback
     add_packed = pending.add_packed
     observe = proc._observe_at
+    cap = seen.capacity
+    # The watermark step and the dedupe set's newest group, read again only after a call that can change them (a
+    # watermark step, the per-record path, a new group): attribute loads an event fewer.
+    ws = proc._wm_step
+    tail_tag, tail_append = seen.tail_tag, seen.tail.append
 
     for i in range(first, first + rows.n_records):
         if kinds[i]:
@@ -112,6 +117,7 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                        else None if offsets is None else SourceRef(topics[0], partition, offsets[i]))  # type: ignore[arg-type]
                 out += slow_imp(values[i], source=src)
                 skip, ikey = _resync(proc, wmk, p_key)
+                ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
                 continue
             if eid in seen_ids:
                 imp_counts["duplicate"] += 1
@@ -123,22 +129,23 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                     v = wmk.value
                     if v is None or wm > v:
                         wmk.value = v = wm
-                    ws = proc._wm_step
                     if ws is None or v >= ws + step:
                         out += proc._maybe_advance(v)
+                        ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
                 else:
                     out += observe(p_key, ts)
+                    ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
                     skip = _skip_after(proc, wmk, p_key)
                     ikey = _inline_key(wmk, p_key)
                     if ikey is not None:
                         skip = max_ts[ikey]  # type: ignore[assignment]
-            tag = proc._wm_step or 0
-            if tag == seen.tail_tag and len(seen_ids) < seen.capacity:
+            tag = ws or 0
+            if tag == tail_tag and len(seen_ids) < cap:
                 seen_ids.add(eid)
-                seen.tail.append(eid)
+                tail_append(eid)
             else:
                 seen.add(eid, tag)
-            ws = proc._wm_step
+                tail_tag, tail_append = seen.tail_tag, seen.tail.append
             if (ws is not None and ts + attr < ws) or rid in finalized_ids:
                 imp_counts["late"] += 1
                 continue
@@ -158,6 +165,7 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                        else None if offsets is None else SourceRef(topics[1], partition, offsets[i]))  # type: ignore[arg-type]
                 out += slow_fb(values[i], source=src)
                 skip, ikey = _resync(proc, wmk, p_key)
+                ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
                 continue
             if eid in seen_ids:
                 clk_counts["duplicate"] += 1
@@ -169,21 +177,23 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                     v = wmk.value
                     if v is None or wm > v:
                         wmk.value = v = wm
-                    ws = proc._wm_step
                     if ws is None or v >= ws + step:
                         out += proc._maybe_advance(v)
+                        ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
                 else:
                     out += observe(p_key, fts)
+                    ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
                     skip = _skip_after(proc, wmk, p_key)
                     ikey = _inline_key(wmk, p_key)
                     if ikey is not None:
                         skip = max_ts[ikey]  # type: ignore[assignment]
-            tag = proc._wm_step or 0
-            if tag == seen.tail_tag and len(seen_ids) < seen.capacity:
+            tag = ws or 0
+            if tag == tail_tag and len(seen_ids) < cap:
                 seen_ids.add(eid)
-                seen.tail.append(eid)
+                tail_append(eid)
             else:
                 seen.add(eid, tag)
+                tail_tag, tail_append = seen.tail_tag, seen.tail.append
             fslot = index.get(frid)
             if fslot is not None:
                 rts = p_ts[fslot]
@@ -198,7 +208,7 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                         *held, (fitem, grade, fts, counted))
             elif frid in finalized_ids:
                 clk_counts["late"] += 1
-            elif proc._wm_step is not None and fts + attr < proc._wm_step:
+            elif ws is not None and fts + attr < ws:
                 clk_counts["orphan"] += 1
             else:
                 if early.count >= cfg.max_pending_feedback:

@@ -27,6 +27,8 @@ import heapq
 import struct
 from array import array
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -361,53 +363,58 @@ class PendingRequests:
         requests without feedback cost no per-item work and requests with feedback no per-request array.
         """
         att = self.attribution_window_ms
-        records, counts, feedback, ts, rids = self.record, self.count, self.feedback, self.ts, self.rid
-        index, free, positions = self.index, self.free, self.positions
-        lengths = [counts[s] for s in slots]
-        ts_list = [ts[s] for s in slots]
-        request_ids: list[str] = [rids[s] for s in slots]  # type: ignore[misc]
-        score_parts = [records[s][: 8 * n] for s, n in zip(slots, lengths, strict=True)]  # type: ignore[index]
+        records, feedback, index, rids, positions = self.record, self.feedback, self.index, self.rid, self.positions
+        if not slots:
+            return FinalizedLists([], [], [], [], [], [], [], 0, users=[])
+        # One C call a column (an itemgetter of every slot), not a comprehension of index lookups each.
+        pick = itemgetter(*slots) if len(slots) > 1 else (lambda column: (column[slots[0]],))
+        lengths: list[int] = list(pick(self.count))
+        ts_list: list[int] = list(pick(self.ts))
+        request_ids: list[str] = list(pick(rids))
+        recs: tuple[bytes, ...] = pick(records)
+        score_parts = [rec[: 8 * n] for rec, n in zip(recs, lengths, strict=True)]
         label_at: list[int] = []  # flat item index ...
         label_grade: list[int] = []  # ... and a grade attributed to it
         accepted = late = detached = 0
-        base = 0
-        for s, n, rts in zip(slots, lengths, ts_list, strict=True):
-            fb = feedback[s]
-            if fb is not None:
-                feedback[s] = None
-                ids: list[str] | None = None
-                for item, grade, fts, counted in fb:
-                    if not rts <= fts <= rts + att:
-                        if counted:
-                            detached += 1
-                        else:
-                            late += 1
-                        continue
-                    if not counted:
-                        accepted += 1
-                    if ids is None:
-                        ids = records[s][8 * n :].decode().split(SEP)  # type: ignore[index]
-                    shown = ids.count(item)
-                    if shown:
-                        i = ids.index(item)
-                        label_at.append(base + i)
-                        label_grade.append(grade)
-                        if shown > 1:  # the item shown at several positions: label every one
-                            for k in range(i + 1, n):
-                                if ids[k] == item:
-                                    label_at.append(base + k)
-                                    label_grade.append(grade)
-            base += n
-        for s, rid in zip(slots, request_ids, strict=True):  # release the slots
+        ends = list(accumulate(lengths))
+        for i, fb in enumerate(pick(feedback)):
+            if fb is None:
+                continue
+            feedback[slots[i]] = None
+            n, rts = lengths[i], ts_list[i]
+            base = ends[i] - n
+            ids: list[str] | None = None
+            for item, grade, fts, counted in fb:
+                if not rts <= fts <= rts + att:
+                    if counted:
+                        detached += 1
+                    else:
+                        late += 1
+                    continue
+                if not counted:
+                    accepted += 1
+                if ids is None:
+                    ids = recs[i][8 * n :].decode().split(SEP)
+                shown = ids.count(item)
+                if shown:
+                    at = ids.index(item)
+                    label_at.append(base + at)
+                    label_grade.append(grade)
+                    if shown > 1:  # the item shown at several positions: label every one
+                        for k in range(at + 1, n):
+                            if ids[k] == item:
+                                label_at.append(base + k)
+                                label_grade.append(grade)
+        for rid in request_ids:  # release the slots
             del index[rid]
-            rids[s] = None
-            records[s] = None
-            positions[s] = None
-            free.append(s)
-        self.n_items -= base
-        return FinalizedLists(request_ids, ts_list, [self.combo[s] for s in slots], lengths, score_parts,
-                              label_at, label_grade, base, accepted, late, detached,
-                              [self.user[s] for s in slots])  # the requests' user keys
+        for slot in slots:
+            rids[slot] = records[slot] = positions[slot] = None
+        self.free += slots
+        n_items = ends[-1]
+        self.n_items -= n_items
+        return FinalizedLists(request_ids, ts_list, list(pick(self.combo)), lengths, score_parts,
+                              label_at, label_grade, n_items, accepted, late, detached,
+                              list(pick(self.user)))  # the requests' user keys
 
     # -- snapshot --------------------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:

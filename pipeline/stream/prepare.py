@@ -25,7 +25,7 @@ import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any, NamedTuple
 
 from rankwatch.pipeline.events.validation import (
@@ -105,14 +105,10 @@ class PackedRows(NamedTuple):
         m = len(ints) // 3
         ids: list[Any] = self.imp_ids.split(SEP) if m else []
         eid, rid = ids[:m], ids[m:]
-        distinct = self.labels
-        labels: list[Any] = [distinct[c] for c in array("i", self.label_codes)]
+        labels: list[Any] = list(map(self.labels.__getitem__, array("i", self.label_codes)))
         blob = self.records
-        packed: list[bytes | None] = []
-        at = 0
-        for size in array("i", self.record_lengths):
-            packed.append(blob[at:at + size])
-            at += size
+        ends = list(accumulate(array("i", self.record_lengths)))
+        packed: list[bytes | None] = [blob[a:b] for a, b in zip(chain((0,), ends), ends, strict=False)]  # starts: one more
         for i in array("i", self.imp_slow):  # the placeholders prepare_rows writes for them
             eid[i] = rid[i] = labels[i] = packed[i] = None
         f_ints = array("q", self.fb_ints).tolist()
