@@ -294,6 +294,32 @@ class _WireTs(msgspec.Struct, gc=False):
 _TS_DECODER = msgspec.json.Decoder(_WireTs)
 
 
+class _WireTsRequest(msgspec.Struct, gc=False):
+    ts: int | datetime
+    request_id: msgspec.Raw = msgspec.Raw(b"null")  # kept raw: its value never fails the decode of ``ts``
+
+
+_TS_REQUEST_DECODER = msgspec.json.Decoder(_WireTsRequest)
+_ID_DECODER = msgspec.json.Decoder(str | int)
+
+
+def sniff_ts_and_request(raw: bytes) -> tuple[int | None, str | None]:
+    """:func:`sniff_ts_ms` of ``raw`` (the same time, the same None), and its request id as the core reads it (text;
+    an integer as its digits), None where unreadable. Both None where the time is: the core rejects such a line."""
+    try:
+        wire = _TS_REQUEST_DECODER.decode(raw)
+        ts = _event_ts(wire.ts)
+    except (msgspec.DecodeError, RecursionError):
+        return None, None
+    if type(ts) is not int:
+        return None, None
+    try:
+        rid = _ID_DECODER.decode(wire.request_id)
+    except (msgspec.DecodeError, RecursionError):
+        return ts, None
+    return ts, (rid if type(rid) is str else str(rid))
+
+
 def sniff_ts_ms(raw: bytes) -> int | None:
     """The event time of a raw event in epoch ms, or None when it has no valid ``ts`` (cheap; for ordering)."""
     try:

@@ -93,6 +93,9 @@ class PackedRows(NamedTuple):
     fb_ints: bytes  # ts, then grades
     fb_slow: bytes
     missing: int = 0  # the kinds whose rows were not made (1: impressions, 2: feedback): see :meth:`completed`
+    # The maker vouches that the core applies every clean row without reading its line (not a second impression
+    # of a request it may hold, nor one at its pending cap: rankwatch/commands/rows_as_read.py RepeatGuard).
+    vouched: bool = False
 
     @property
     def every_row_clean(self) -> bool:

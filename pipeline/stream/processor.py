@@ -242,6 +242,12 @@ class StreamProcessor:
             self._aggregate(staged)
         return self._close(None)
 
+    @property
+    def watermark_step(self) -> int | None:
+        """The stepped watermark every decision is made against (None before the first event's time): requests
+        whose deadline bucket ends by it are finalized."""
+        return self._wm_step
+
     def stats(self) -> StreamStats:
         return StreamStats(
             outcomes={"impressions": dict(self._imp), "clicks": dict(self._clk)},

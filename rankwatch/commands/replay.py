@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import multiprocessing
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,21 +88,24 @@ def command(
     ts_of = None if kept is None else kept.ts_of
     prepare: Any = functools.partial(_made_by_reader, kept, BatchSpec.of(config), {})
     child_ts_of = None
+    core_step = None  # the core's watermark step, in memory the reader's process shares
     if kept is None and RowsAsRead.applies([s for _, s in files]):  # each line decoded once (rows_as_read.py)
-        as_read = RowsAsRead(BatchSpec.of(config))
+        core_step = multiprocessing.RawValue("q", _NO_STEP)
+        as_read = RowsAsRead(BatchSpec.of(config), config, functools.partial(_step_of, core_step))
         child_ts_of = as_read.ts_of
         prepare = functools.partial(_rows_as_read, as_read)
     merge = open_merge(files, ts_of=ts_of, opener=opener, prepare=prepare, lines_needed=_lines_needed,
                        child_ts_of=child_ts_of)
     try:
-        _replay(merge, config, translator, kept, fmt, windows_out, dead_letter)
+        _replay(merge, config, translator, kept, fmt, windows_out, dead_letter, core_step)
     finally:
         merge.close()
 
 
 def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | None, fmt: str,
-            windows_out: str | None, dead_letter: str | None) -> None:
-    """The core's half of :func:`command`: feed ``merge``'s batches, print the result document."""
+            windows_out: str | None, dead_letter: str | None, core_step: Any = None) -> None:
+    """The core's half of :func:`command`: feed ``merge``'s batches, print the result document; ``core_step``:
+    where the reader's process reads the core's watermark step (:class:`RowsAsRead`), told after each batch."""
     from rankwatch.commands.log_reader import batches_with_rows
     from rankwatch.commands.window_worker import start_window_worker
     from rankwatch.pipeline.clock import ManualClock
@@ -152,6 +156,8 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
                 # the reader's rows (PackedRows), those of a kind it did not make made here
                 rows = None if packed is None else packed.completed(proc.batch_spec, kinds, values, user_keys)
                 emit(proc.process_batch(kinds, values, source_of=sources, rows=rows, translated=translated))
+                if core_step is not None and proc.watermark_step is not None:
+                    core_step.value = proc.watermark_step
                 advance(len(values))
         emit(proc.flush())
         doc = finish() if worker is None else worker.finish()
@@ -192,6 +198,15 @@ def _made_by_reader(kept: KeptTranslations | None, spec: Any, user_keys: dict[st
     if translated.single is None:  # a rejection or a message of several events: the core takes it from here
         return translated, None
     return translated, _rows_until(spec, user_keys, kinds, translated.single, caught_up)
+
+
+_NO_STEP = -(2**63)  # the core has no watermark yet
+
+
+def _step_of(shared: Any) -> int | None:
+    """The core's watermark step as it last told the reader (None before it had one)."""
+    step = shared.value
+    return None if step == _NO_STEP else int(step)
 
 
 def _rows_as_read(as_read: Any, kinds: list[bool], values: Sequence[bytes], caught_up: Any) -> tuple[None, Any]:
@@ -237,11 +252,13 @@ class KeptTranslations:
 
 def _lines_needed(made: tuple[Translated | None, PackedRows | None], n: int) -> bool:
     """Whether the core reads any of a batch's ``n`` lines besides the rows the reader made: unless they are the
-    clean rows of every line (the batch path reads a line only where the per-record path takes it, or where it
-    makes the rows itself; a team's schema keeps its lines for its dead letters)."""
+    clean rows of every line and their maker vouched that none is a line the per-record path takes (a second
+    impression of a request the core may hold, or one at the pending cap: :class:`RowsAsRead`'s guard); the batch
+    path reads a line only where the per-record path takes it, or where it makes the rows itself; a team's schema
+    keeps its lines for its dead letters."""
     translated, rows = made
     return (translated is not None or rows is None or rows.n_records != n or not rows.every_row_clean
-            or bool(rows.missing))
+            or bool(rows.missing) or not rows.vouched)
 
 
 def _rows_until(spec: Any, user_keys: dict[str, int], kinds: list[bool], values: list[bytes],

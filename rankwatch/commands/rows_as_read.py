@@ -20,14 +20,15 @@ uses it (:meth:`RowsAsRead.applies`); with several the reader makes the rows of 
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from rankwatch.pipeline.events.logs import NO_TS, sniff_many
-from rankwatch.pipeline.events.validation import sniff_ts_ms
+from rankwatch.pipeline.events.validation import sniff_ts_and_request, sniff_ts_ms
 from rankwatch.pipeline.stream.prepare import BatchSpec, PackedRows, PreparedRows, prepare_rows
 
 _TS_COLUMN = {True: 2, False: 3}  # the ts column of an impression row, of a feedback row
@@ -35,14 +36,66 @@ _FIELDS = {True: 7, False: 5}
 _STREAMS = {"impressions": True, "clicks": False}
 
 
+class RepeatGuard:
+    """Which clean impression rows the core may still take through its per-record path, which reads the line: one
+    whose request id came before (the core may hold that request pending: a second impression extends it, or is
+    rejected, with its line dead-lettered), or one while as many request ids are kept as the core's pending cap.
+
+    An id is forgotten once the core has finalized its request: ``core_step()`` is the core's stepped watermark as
+    the core last told it (:attr:`StreamProcessor.watermark_step`; it only grows, and the core applies a row the
+    guard reads now later, so a row is never let through that the core would take by the per-record path). A
+    request is finalized once its deadline bucket (time plus attribution window, a step wide) ends by that step;
+    a second impression at an earlier time only finalizes it earlier. Kept longer, an id costs a batch's lines
+    sent, nothing else; at most the pending cap of them are kept.
+    """
+
+    def __init__(self, config: Any, core_step: Callable[[], int | None]) -> None:
+        self._step = config.finalize_step_ms
+        self._attr = config.attribution_window_ms
+        self._cap = config.max_pending_requests
+        self._core_step = core_step
+        self._ids: set[str] = set()
+        self._by_step: dict[int, list[str]] = {}  # ids by the finalization step of their first time
+        self._steps: list[int] = []  # the keys of _by_step, a heap
+
+    def flagged(self, requests: Iterable[tuple[str | None, int | None]]) -> list[int]:
+        """Record a chunk's impressions in file order (request id and time, None where the core rejects the line);
+        the indexes of those whose line the core may need."""
+        ws = self._core_step()
+        if ws is not None:  # ids of a first time t with (t // step + 2) * step + attribution <= ws are finalized
+            last = (ws - self._attr) // self._step - 2
+            while self._steps and self._steps[0] <= last:
+                self._ids.difference_update(self._by_step.pop(heapq.heappop(self._steps)))
+        ids, by_step, step, cap = self._ids, self._by_step, self._step, self._cap
+        out: list[int] = []
+        for i, (rid, ts) in enumerate(requests):
+            if rid is None or ts is None:
+                continue
+            if rid in ids or len(ids) >= cap:
+                out.append(i)
+                continue
+            ids.add(rid)
+            key = ts // step
+            group = by_step.get(key)
+            if group is None:
+                by_step[key] = [rid]
+                heapq.heappush(self._steps, key)
+            else:
+                group.append(rid)
+        return out
+
+
 class RowsAsRead:
     """The rows of the lines read so far and not yet handed on: a queue of chunks per stream, each its rows as
-    columns, or None where the chunk's lines were only read for their times."""
+    columns (or None where the chunk's lines were only read for their times), its size, and the indexes of its
+    impressions whose line the core may need (:class:`RepeatGuard`)."""
 
-    def __init__(self, spec: BatchSpec) -> None:
+    def __init__(self, spec: BatchSpec, config: Any, core_step: Callable[[], int | None]) -> None:
         self.spec = spec
+        self._guard = RepeatGuard(config, core_step)
         self._user_keys: dict[str, int] = {}
-        self._queued: dict[bool, deque[tuple[list[list[Any]] | None, int]]] = {True: deque(), False: deque()}
+        self._queued: dict[bool, deque[tuple[list[list[Any]] | None, int, list[int]]]] = {True: deque(),
+                                                                                        False: deque()}
         self._caught_up: Callable[[], bool] = lambda: True  # before the first batch the core waits for it
 
     @staticmethod
@@ -56,16 +109,27 @@ class RowsAsRead:
         once the core has caught up (it waits), only the times are read, and the core makes the rows."""
         kind = _STREAMS[stream]
         if self._caught_up():
-            self._queued[kind].append((None, len(lines)))
-            return sniff_many(lines)
+            if not kind:
+                self._queued[kind].append((None, len(lines), []))
+                return sniff_many(lines)
+            sniffed = [sniff_ts_and_request(line) for line in lines]
+            self._queued[kind].append((None, len(lines), self._guard.flagged((rid, ts) for ts, rid in sniffed)))
+            return np.array([NO_TS if ts is None else ts for ts, _ in sniffed], dtype=np.int64)
         rows = prepare_rows(self.spec, [kind] * len(lines), lines, self._user_keys)
         columns = rows.impressions if kind else rows.feedback
         ts = np.array(columns[_TS_COLUMN[kind]], dtype=np.int64)
+        requests: list[tuple[str | None, int | None]] | None = None
+        if kind:
+            requests = list(zip(columns[1], columns[_TS_COLUMN[kind]], strict=True))
         for i, event_id in enumerate(columns[0]):
             if event_id is None:  # left to the per-record path: its time read alone, as the merge always did
-                ms = sniff_ts_ms(lines[i])
+                if requests is None:
+                    ms = sniff_ts_ms(lines[i])
+                else:
+                    ms, rid = sniff_ts_and_request(lines[i])
+                    requests[i] = (rid, ms)
                 ts[i] = NO_TS if ms is None else ms
-        self._queued[kind].append((columns, len(lines)))
+        self._queued[kind].append((columns, len(lines), [] if requests is None else self._guard.flagged(requests)))
         return ts
 
     def take(self, kinds: list[bool], caught_up: Callable[[], bool]) -> PackedRows | None:
@@ -74,36 +138,42 @@ class RowsAsRead:
         were made. ``caught_up``: whether the core has asked for every batch handed on (then it waits)."""
         self._caught_up = caught_up
         n_imp = sum(kinds)
-        imp, fb = self._next(True, n_imp), self._next(False, len(kinds) - n_imp)
+        (imp, flagged), (fb, _) = self._next(True, n_imp), self._next(False, len(kinds) - n_imp)
         if imp is None and fb is None:
             return None
         missing = (1 if imp is None else 0) | (2 if fb is None else 0)
         packed = PreparedRows(len(kinds), imp or _empty(True), fb or _empty(False)).packed()
-        return packed._replace(missing=missing) if missing else packed
+        # Vouched: the core applies each of these clean rows without its line (none a repeat, below the cap).
+        return packed._replace(missing=missing, vouched=not flagged)
 
-    def _next(self, kind: bool, n: int) -> list[list[Any]] | None:
-        """The next ``n`` rows of a stream as columns; None if any of them was not made."""
+    def _next(self, kind: bool, n: int) -> tuple[list[list[Any]] | None, bool]:
+        """The next ``n`` rows of a stream as columns (None if any of them was not made), and whether any of them
+        is flagged."""
         queued = self._queued[kind]
         parts: list[list[list[Any]] | None] = []
+        flagged = False
         while n:
             if not queued:
                 raise RuntimeError("the merge handed on lines whose rows were not made")
-            columns, size = queued[0]
+            columns, size, marks = queued[0]
             if size <= n:
                 queued.popleft()
                 parts.append(columns)
+                flagged = flagged or bool(marks)
                 n -= size
             else:
                 parts.append(None if columns is None else [c[:n] for c in columns])
-                queued[0] = (None if columns is None else [c[n:] for c in columns], size - n)
+                flagged = flagged or any(i < n for i in marks)
+                queued[0] = (None if columns is None else [c[n:] for c in columns], size - n,
+                             [i - n for i in marks if i >= n])
                 n = 0
         if not parts:
-            return _empty(kind)
+            return _empty(kind), False
         if any(p is None for p in parts):
-            return None
+            return None, flagged
         if len(parts) == 1:
-            return parts[0]
-        return [[x for p in parts for x in p[f]] for f in range(_FIELDS[kind])]  # type: ignore[index]
+            return parts[0], flagged
+        return [[x for p in parts for x in p[f]] for f in range(_FIELDS[kind])], flagged  # type: ignore[index]
 
 
 def _empty(kind: bool) -> list[list[Any]]:

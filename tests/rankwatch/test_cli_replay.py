@@ -208,11 +208,12 @@ def test_rows_made_by_the_reader_give_the_in_process_replay(logs, tmp_path, caps
     assert json.loads(child[0])["overall"]["requests"] > 100 and child[3].count("\n") > 20  # it had work
 
 
-@pytest.mark.parametrize("decisions", ["as the reader decides", "random"])
+@pytest.mark.parametrize("decisions", ["as the reader decides", "random", "always ahead"])
 def test_rows_made_as_the_lines_are_read_give_the_in_process_replay(logs, tmp_path, capsys, monkeypatch, decisions):
     """One file a stream: the reader makes a chunk's rows as it reads it (and takes the times from them) while
     it is ahead, and only reads the times once the core waits, the core then making that kind's rows
-    (rankwatch/commands/rows_as_read.py). The same outputs as the replay in one process."""
+    (rankwatch/commands/rows_as_read.py). The same outputs as the replay in one process, also where clean rows are
+    second impressions of a pending request or the same line twice (the core takes their lines)."""
     import random
 
     import rankwatch.commands.log_reader as log_reader
@@ -221,7 +222,16 @@ def test_rows_made_as_the_lines_are_read_give_the_in_process_replay(logs, tmp_pa
     d, _, _ = logs
     one = tmp_path / "clicks.jsonl"  # both click files as one: the clicks as generated
     one.write_bytes(gzip.decompress((d / "clicks-1.jsonl.gz").read_bytes()) + (d / "clicks-2.jsonl").read_bytes())
-    (tmp_path / "impressions.jsonl").write_bytes((d / "impressions.jsonl").read_bytes())
+    lines = (d / "impressions.jsonl").read_bytes().splitlines(keepends=True)
+    again = []  # a second list of a request a few lines on, under a new event id; every 11th line twice
+    for i, line in enumerate(lines):
+        again.append(line)
+        if i % 11 == 0:
+            again.append(line)
+        if i % 7 == 3 and i + 3 < len(lines) and b'"items"' in lines[i]:
+            again.append(lines[i].replace(b'"event_id":"', b'"event_id":"second-', 1))
+    assert sum(b"second-" in line for line in again) > 20
+    (tmp_path / "impressions.jsonl").write_bytes(b"".join(again))
     monkeypatch.setattr(log_reader, "open_merge", functools.partial(log_reader.open_merge, chunk_bytes=1 << 13))
     taken = tmp_path / "taken"
     take = RowsAsRead.take
@@ -230,6 +240,8 @@ def test_rows_made_as_the_lines_are_read_give_the_in_process_replay(logs, tmp_pa
         if decisions == "random":  # the reader is ahead, or not, at random
             rng = random.Random(len(kinds))
             caught_up = lambda: rng.random() < 0.5  # noqa: E731
+        elif decisions == "always ahead":  # every chunk's rows made as read: no line sent that is not vouched for
+            caught_up = lambda: False  # noqa: E731
         packed = take(self, kinds, caught_up)
         with taken.open("a") as f:
             f.write(f"{None if packed is None else packed.missing}\n")
@@ -240,7 +252,8 @@ def test_rows_made_as_the_lines_are_read_give_the_in_process_replay(logs, tmp_pa
     (tmp_path / "inline").mkdir()
     child = _replay_outputs(tmp_path, tmp_path / "child", capsys, clicks=("clicks.jsonl",))
     made = taken.read_text().split()
-    assert {"0", "None"} <= set(made) and len(made) > 20  # batches the reader made, batches the core made
+    if decisions != "always ahead":
+        assert {"0", "None"} <= set(made) and len(made) > 20  # batches the reader made, batches the core made
     assert decisions != "random" or {"1", "2"} <= set(made)  # and batches with one kind made by each
     monkeypatch.setenv("RANKWATCH_LOG_READER", "inline")
     inline = _replay_outputs(tmp_path, tmp_path / "inline", capsys, clicks=("clicks.jsonl",))
@@ -307,8 +320,9 @@ def test_without_windows_out_the_smaller_windows_are_counted_and_the_result_is_t
 
 def test_the_core_needs_a_batchs_lines_only_where_its_rows_do_not_cover_them() -> None:
     """The reader keeps a batch's lines (sends only their number) only when the rows it made are clean rows of
-    every line: a line left to the per-record path, rows of the first lines only, none, or a team's schema
-    (its dead letters keep the lines) need them."""
+    every line and vouched for (none a second impression of a request the core may hold, none at its pending cap:
+    rankwatch/commands/rows_as_read.py): a line left to the per-record path, rows of the first lines only, none, rows
+    not vouched for, or a team's schema (its dead letters keep the lines) need them."""
     from rankwatch.commands.replay import _lines_needed
     from rankwatch.pipeline.stream.config import StreamConfig
     from rankwatch.pipeline.stream.prepare import BatchSpec, prepare_rows
@@ -320,9 +334,10 @@ def test_the_core_needs_a_batchs_lines_only_where_its_rows_do_not_cover_them() -
     kinds, clean = [True, False], [imp, clk]
 
     def rows(kinds: list[bool], values: list[bytes]) -> Any:
-        return prepare_rows(spec, kinds, values).packed()  # as the reader hands them on
+        return prepare_rows(spec, kinds, values).packed()._replace(vouched=True)  # as the reader hands them on
 
     assert not _lines_needed((None, rows(kinds, clean)), 2)
+    assert _lines_needed((None, rows(kinds, clean)._replace(vouched=False)), 2)  # maybe a repeat
     assert _lines_needed((None, rows(kinds, [imp, b"{not json"])), 2)  # a bad line: per record
     assert _lines_needed((None, rows(kinds, [b"{", clk])), 2)
     assert _lines_needed((None, rows(kinds[:1], clean[:1])), 2)  # rows of the first line only

@@ -66,9 +66,10 @@ def test_it_applies_with_one_file_a_stream() -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_the_times_and_the_rows_are_those_of_the_lines(tmp_path: Path, seed: int) -> None:
     files = _files(tmp_path, seed)
-    spec = BatchSpec.of(StreamConfig())
+    config = StreamConfig()
+    spec = BatchSpec.of(config)
     rng = random.Random(seed)
-    as_read = RowsAsRead(spec)
+    as_read = RowsAsRead(spec, config, lambda: None)
     ts_of = as_read.ts_of
 
     def checked_ts_of(stream: str, lines: list[bytes]) -> object:
@@ -81,7 +82,7 @@ def test_the_times_and_the_rows_are_those_of_the_lines(tmp_path: Path, seed: int
     merged = list(EventLogMerge(files, chunk_bytes=chunk, ts_of=checked_ts_of).batches())
     assert [(k, v) for k, v, _ in merged] == [(k, v) for k, v, _ in plain]  # the same order
     # again, the rows taken batch by batch as the merge reads on, the reader ahead or not at random
-    as_read = RowsAsRead(spec)
+    as_read = RowsAsRead(spec, config, lambda: None)
     missing = set()
     for kinds, values, _ in EventLogMerge(files, chunk_bytes=chunk, ts_of=as_read.ts_of).batches():
         packed = as_read.take(kinds, lambda: rng.random() < 0.5)
@@ -93,3 +94,22 @@ def test_the_times_and_the_rows_are_those_of_the_lines(tmp_path: Path, seed: int
         assert packed.completed(spec, kinds, values) == expected
     assert {0, 1, 2} <= missing  # batches with both kinds made in the reader, or one
     assert as_read._queued[True] == as_read._queued[False] == type(as_read._queued[True])()
+
+
+def test_the_guard_flags_a_request_seen_before_until_the_core_has_finalized_it() -> None:
+    """A request id seen before is flagged (the core may hold it pending) until the core's watermark step says its
+    deadline bucket has ended (a step of margin); at the pending cap every new id is flagged; an unreadable line (no
+    id or no time) is neither flagged nor kept."""
+    from rankwatch.commands.rows_as_read import RepeatGuard
+
+    config = StreamConfig(attribution_window_ms=10_000, finalize_step_ms=1_000, max_pending_requests=4)
+    core: list[int | None] = [None]
+    guard = RepeatGuard(config, lambda: core[0])
+    assert guard.flagged([("a", 0), ("b", 1_500), ("a", 900), (None, 5), ("c", None), ("a", 50_000)]) == [2, 5]
+    # 'a' (first at 0, step 0): its bucket, deadline 10,000, ends at 11,000; a step of margin: forgotten from 12,000
+    core[0] = 11_000
+    assert guard.flagged([("a", 20_000)]) == [0]
+    core[0] = 12_000
+    assert guard.flagged([("a", 20_000), ("b", 20_000)]) == [1]  # 'a' forgotten (and seen again); 'b' not yet
+    core[0] = 13_000
+    assert guard.flagged([("b", 21_000), ("d", 21_000), ("e", 21_000), ("f", 21_000)]) == [3]  # a b d e: the cap
