@@ -20,9 +20,8 @@ uses it (:meth:`RowsAsRead.applies`); with several the reader makes the rows of 
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,12 +40,13 @@ class RepeatGuard:
     whose request id came before (the core may hold that request pending: a second impression extends it, or is
     rejected, with its line dead-lettered), or one while as many request ids are kept as the core's pending cap.
 
-    An id is forgotten once the core has finalized its request: ``core_step()`` is the core's stepped watermark as
-    the core last told it (:attr:`StreamProcessor.watermark_step`; it only grows, and the core applies a row the
-    guard reads now later, so a row is never let through that the core would take by the per-record path). A
+    A chunk's ids are forgotten once the core has finalized their requests: ``core_step()`` is the core's stepped
+    watermark as the core last told it (:attr:`StreamProcessor.watermark_step`; it only grows, and the core applies
+    a row the guard reads now later, so no row is let through that the core would take by the per-record path). A
     request is finalized once its deadline bucket (time plus attribution window, a step wide) ends by that step;
-    a second impression at an earlier time only finalizes it earlier. Kept longer, an id costs a batch's lines
-    sent, nothing else; at most the pending cap of them are kept.
+    the chunk's newest time bounds its ids' first times, and a second impression at an earlier time only finalizes
+    a request earlier. Kept longer, an id costs a batch's lines sent, nothing else; at most the pending cap of them
+    are kept. The usual chunk (no id seen before) costs four set operations in C, not a step a line.
     """
 
     def __init__(self, config: Any, core_step: Callable[[], int | None]) -> None:
@@ -55,34 +55,40 @@ class RepeatGuard:
         self._cap = config.max_pending_requests
         self._core_step = core_step
         self._ids: set[str] = set()
-        self._by_step: dict[int, list[str]] = {}  # ids by the finalization step of their first time
-        self._steps: list[int] = []  # the keys of _by_step, a heap
+        self._chunks: deque[tuple[int, set[str]]] = deque()  # (newest time, the ids first seen there), in order
 
-    def flagged(self, requests: Iterable[tuple[str | None, int | None]]) -> list[int]:
-        """Record a chunk's impressions in file order (request id and time, None where the core rejects the line);
-        the indexes of those whose line the core may need."""
-        ws = self._core_step()
-        if ws is not None:  # ids of a first time t with (t // step + 2) * step + attribution <= ws are finalized
-            last = (ws - self._attr) // self._step - 2
-            while self._steps and self._steps[0] <= last:
-                self._ids.difference_update(self._by_step.pop(heapq.heappop(self._steps)))
-        ids, by_step, step, cap = self._ids, self._by_step, self._step, self._cap
+    def flagged(self, rids: list[str | None], newest: int) -> list[int]:
+        """Record a chunk's impressions (their request ids in file order, None where the core rejects the line;
+        ``newest`` at least the latest of their times); the indexes of those whose line the core may need."""
+        self._forget()
+        ids = self._ids
+        first: set[Any] = set(rids)
+        first.discard(None)
+        if len(first) == len(rids) - rids.count(None) and ids.isdisjoint(first) and len(ids) + len(first) < self._cap:
+            ids |= first  # the usual chunk: no id twice, none seen before, below the cap
+            self._chunks.append((newest, first))
+            return []
         out: list[int] = []
-        for i, (rid, ts) in enumerate(requests):
-            if rid is None or ts is None:
+        first = set()
+        for i, rid in enumerate(rids):
+            if rid is None:
                 continue
-            if rid in ids or len(ids) >= cap:
+            if rid in ids or len(ids) >= self._cap:
                 out.append(i)
                 continue
             ids.add(rid)
-            key = ts // step
-            group = by_step.get(key)
-            if group is None:
-                by_step[key] = [rid]
-                heapq.heappush(self._steps, key)
-            else:
-                group.append(rid)
+            first.add(rid)
+        self._chunks.append((newest, first))
         return out
+
+    def _forget(self) -> None:
+        ws = self._core_step()
+        if ws is None:
+            return
+        chunks, step, attr = self._chunks, self._step, self._attr
+        # every first time t <= newest: its bucket (t + attr) // step ends by ws, with a step of margin
+        while chunks and ((chunks[0][0] + attr) // step + 2) * step <= ws:
+            self._ids.difference_update(chunks.popleft()[1])
 
 
 class RowsAsRead:
@@ -113,23 +119,21 @@ class RowsAsRead:
                 self._queued[kind].append((None, len(lines), []))
                 return sniff_many(lines)
             sniffed = [sniff_ts_and_request(line) for line in lines]
-            self._queued[kind].append((None, len(lines), self._guard.flagged((rid, ts) for ts, rid in sniffed)))
-            return np.array([NO_TS if ts is None else ts for ts, _ in sniffed], dtype=np.int64)
+            ts = np.array([NO_TS if t is None else t for t, _ in sniffed], dtype=np.int64)
+            self._queued[kind].append((None, len(lines), self._guard.flagged([r for _, r in sniffed], int(ts.max()))))
+            return ts
         rows = prepare_rows(self.spec, [kind] * len(lines), lines, self._user_keys)
         columns = rows.impressions if kind else rows.feedback
         ts = np.array(columns[_TS_COLUMN[kind]], dtype=np.int64)
-        requests: list[tuple[str | None, int | None]] | None = None
-        if kind:
-            requests = list(zip(columns[1], columns[_TS_COLUMN[kind]], strict=True))
+        rids: list[str | None] | None = list(columns[1]) if kind else None
         for i, event_id in enumerate(columns[0]):
             if event_id is None:  # left to the per-record path: its time read alone, as the merge always did
-                if requests is None:
+                if rids is None:
                     ms = sniff_ts_ms(lines[i])
                 else:
-                    ms, rid = sniff_ts_and_request(lines[i])
-                    requests[i] = (rid, ms)
+                    ms, rids[i] = sniff_ts_and_request(lines[i])
                 ts[i] = NO_TS if ms is None else ms
-        self._queued[kind].append((columns, len(lines), [] if requests is None else self._guard.flagged(requests)))
+        self._queued[kind].append((columns, len(lines), [] if rids is None else self._guard.flagged(rids, int(ts.max()))))
         return ts
 
     def take(self, kinds: list[bool], caught_up: Callable[[], bool]) -> PackedRows | None:

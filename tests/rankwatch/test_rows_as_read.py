@@ -97,19 +97,22 @@ def test_the_times_and_the_rows_are_those_of_the_lines(tmp_path: Path, seed: int
 
 
 def test_the_guard_flags_a_request_seen_before_until_the_core_has_finalized_it() -> None:
-    """A request id seen before is flagged (the core may hold it pending) until the core's watermark step says its
-    deadline bucket has ended (a step of margin); at the pending cap every new id is flagged; an unreadable line (no
-    id or no time) is neither flagged nor kept."""
+    """A request id seen before is flagged (the core may hold it pending) until the core's watermark step says the
+    deadline bucket of its chunk's newest time has ended (a step of margin); at the pending cap every new id is
+    flagged; an unreadable line (no id) is neither flagged nor kept. Both ways: the usual chunk's (no repeat) and
+    the per-line one."""
     from rankwatch.commands.rows_as_read import RepeatGuard
 
     config = StreamConfig(attribution_window_ms=10_000, finalize_step_ms=1_000, max_pending_requests=4)
     core: list[int | None] = [None]
     guard = RepeatGuard(config, lambda: core[0])
-    assert guard.flagged([("a", 0), ("b", 1_500), ("a", 900), (None, 5), ("c", None), ("a", 50_000)]) == [2, 5]
-    # 'a' (first at 0, step 0): its bucket, deadline 10,000, ends at 11,000; a step of margin: forgotten from 12,000
-    core[0] = 11_000
-    assert guard.flagged([("a", 20_000)]) == [0]
+    assert guard.flagged(["a", None, "b"], 900) == []  # the usual chunk
+    assert guard.flagged(["c", "a", None, "c"], 1_500) == [1, 3]
+    # the first chunk (newest 900): bucket 10, ends at 11,000; with a step of margin its ids go at 12,000
+    core[0] = 11_999
+    assert guard.flagged(["a"], 20_000) == [0]
     core[0] = 12_000
-    assert guard.flagged([("a", 20_000), ("b", 20_000)]) == [1]  # 'a' forgotten (and seen again); 'b' not yet
-    core[0] = 13_000
-    assert guard.flagged([("b", 21_000), ("d", 21_000), ("e", 21_000), ("f", 21_000)]) == [3]  # a b d e: the cap
+    assert guard.flagged(["a", "b"], 20_000) == []  # both forgotten, seen again
+    assert guard.flagged(["d", "e"], 20_000) == [1]  # c a b d: the cap of 4
+    core[0] = 13_000  # the second chunk's ('c', newest 1,500: bucket 11) goes
+    assert guard.flagged(["c", "a"], 21_000) == [1]
