@@ -274,39 +274,6 @@ class PendingRequests:
             self._file(slot, imp.ts_ms)
         return slot
 
-    def add_packed(self, request_id: str, ts_ms: int, combo: int, packed: bytes, n: int, user: int) -> int:
-        """:meth:`add` for items already in position order ``1..n`` and packed as the ``record`` column;
-        ``user`` is :func:`user_key_of` the request."""
-        free = self.free
-        if free:
-            slot = free.pop()
-            self.rid[slot] = request_id
-            self.ts[slot] = ts_ms
-            self.combo[slot] = combo
-            self.user[slot] = user
-            self.record[slot] = packed
-            self.count[slot] = n
-            self.positions[slot] = None
-            self.feedback[slot] = None
-        else:
-            slot = len(self.rid)
-            self.rid.append(request_id)
-            self.ts.append(ts_ms)
-            self.combo.append(combo)
-            self.user.append(user)
-            self.record.append(packed)
-            self.count.append(n)
-            self.positions.append(None)
-            self.feedback.append(None)
-        self.index[request_id] = slot
-        self.n_items += n
-        lst = self.buckets.get((ts_ms + self.attribution_window_ms) // self.step_ms)
-        if lst is not None:
-            lst.append(slot)
-        else:
-            self._file(slot, ts_ms)
-        return slot
-
     def extend(self, slot: int, imp: Impression) -> Rejection | None:
         """Add more items (item form, or a second list) to a pending request."""
         rec = self.record[slot]
