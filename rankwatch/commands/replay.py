@@ -181,7 +181,8 @@ def _replay(merge: Any, config: Any, translator: Any, kept: KeptTranslations | N
         click.echo(summary)
     from rankwatch.cli import skip_teardown
 
-    skip_teardown()  # files closed, the reader and the worker ended: the process may end without freeing each object
+    # files closed, the reader and the worker ended: the process may end without freeing each object
+    skip_teardown(proc, user_keys)
 
 
 _GC_YOUNG = 10_000  # allocations between two young collections during a replay (Python's default: 700)

@@ -369,3 +369,15 @@ def test_the_script_ends_without_teardown_and_loses_no_output(logs, tmp_path, ca
         outputs[way] = (out, err, (tmp_path / f"w-{way}.jsonl").read_text(), (tmp_path / f"d-{way}.jsonl").read_text())
     assert outputs["script"] == outputs["in-process"]
     assert outputs["script"][0].endswith("}\n") and outputs["script"][2] and outputs["script"][3]
+
+
+def test_an_in_process_replay_keeps_nothing_alive(tmp_path, capsys):
+    """skip_teardown's holder is for the script only (it ends with os._exit): a replay run by main() in-process
+    leaves its processor to be freed as usual."""
+    import rankwatch.cli as cli
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    assert main(["replay", "--impressions", str(examples / "impressions.jsonl"), "--clicks",
+                 str(examples / "clicks.jsonl"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["overall"]["requests"] > 100
+    assert cli._SKIP_TEARDOWN and not cli._STANDALONE and not cli._KEPT
