@@ -38,15 +38,20 @@ _STREAMS = {"impressions": True, "clicks": False}
 class RepeatGuard:
     """Which clean impression rows the core may still take through its per-record path, which reads the line: one
     whose request id came before (the core may hold that request pending: a second impression extends it, or is
-    rejected, with its line dead-lettered), or one while as many request ids are kept as the core's pending cap.
+    rejected, with its line dead-lettered), or any while the core may be at its pending cap.
 
-    A chunk's ids are forgotten once the core has finalized their requests: ``core_step()`` is the core's stepped
-    watermark as the core last told it (:attr:`StreamProcessor.watermark_step`; it only grows, and the core applies
-    a row the guard reads now later, so no row is let through that the core would take by the per-record path). A
-    request is finalized once its deadline bucket (time plus attribution window, a step wide) ends by that step;
-    the chunk's newest time bounds its ids' first times, and a second impression at an earlier time only finalizes
-    a request earlier. Kept longer, an id costs a batch's lines sent, nothing else; at most the pending cap of them
-    are kept. The usual chunk (no id seen before) costs four set operations in C, not a step a line.
+    Every id read is kept with the last chunk it came in, so that the ids kept cover every request the core may hold:
+    whichever line made the request pending (not necessarily the first: the core may have rejected that one), it came
+    no later than that chunk. A chunk's ids are forgotten once the core has finalized whatever they could have made
+    pending: ``core_step()`` is the core's stepped watermark as the core last told it
+    (:attr:`StreamProcessor.watermark_step`; it only grows, and the core applies a row the guard reads now later). A
+    request is finalized once its deadline bucket (time plus attribution window, a step wide) ends by that step; the
+    chunk's newest time bounds the times of its lines, and a later impression only moves a request earlier.
+
+    Bounded: at the pending cap's worth of ids the guard stops keeping them and vouches for nothing until the core
+    has finalized everything read by then (*blind*); an id read meanwhile is new again afterwards, which is right: any
+    request it made is finalized by then. Kept longer, an id costs a batch's lines sent, never an error. The usual
+    chunk (no id twice, none seen before) costs a few set operations in C, not a step a line.
     """
 
     def __init__(self, config: Any, core_step: Callable[[], int | None]) -> None:
@@ -55,40 +60,67 @@ class RepeatGuard:
         self._cap = config.max_pending_requests
         self._core_step = core_step
         self._ids: set[str] = set()
-        self._chunks: deque[tuple[int, set[str]]] = deque()  # (newest time, the ids first seen there), in order
+        self._chunks: deque[tuple[int, int, set[str]]] = deque()  # (chunk number, newest time, its ids), in order
+        self._moved: dict[str, int] = {}  # ids read again: the number of the last chunk they came in
+        self._number = 0
+        self._blind_until: int | None = None  # the newest time read while blind
 
     def flagged(self, rids: list[str | None], newest: int) -> list[int]:
         """Record a chunk's impressions (their request ids in file order, None where the core rejects the line;
         ``newest`` at least the latest of their times); the indexes of those whose line the core may need."""
         self._forget()
+        self._number += 1
+        if self._blind_until is not None:
+            self._blind_until = max(self._blind_until, newest)
+            return [i for i, rid in enumerate(rids) if rid is not None]
         ids = self._ids
-        first: set[Any] = set(rids)
-        first.discard(None)
-        if len(first) == len(rids) - rids.count(None) and ids.isdisjoint(first) and len(ids) + len(first) < self._cap:
-            ids |= first  # the usual chunk: no id twice, none seen before, below the cap
-            self._chunks.append((newest, first))
+        here: set[Any] = set(rids)
+        here.discard(None)
+        if len(here) == len(rids) - rids.count(None) and ids.isdisjoint(here) and len(ids) + len(here) < self._cap:
+            ids |= here  # the usual chunk: no id twice, none seen before, below the cap
+            self._chunks.append((self._number, newest, here))
             return []
         out: list[int] = []
-        first = set()
+        here = set()
         for i, rid in enumerate(rids):
             if rid is None:
                 continue
-            if rid in ids or len(ids) >= self._cap:
+            if len(ids) >= self._cap:  # blind from here: the rest of the chunk flagged, nothing more kept
+                self._blind_until = max([newest, *(chunk[1] for chunk in self._chunks)])
+                out.extend(j for j in range(i, len(rids)) if rids[j] is not None)
+                break
+            if rid in ids or rid in here:
                 out.append(i)
-                continue
+                self._moved[rid] = self._number
             ids.add(rid)
-            first.add(rid)
-        self._chunks.append((newest, first))
+            here.add(rid)
+        self._chunks.append((self._number, newest, here))
         return out
+
+    def _finalized(self, ws: int, newest: int) -> bool:
+        """Whether every request a line at ``newest`` or before could have made pending is finalized by step ``ws``
+        (its bucket ends by ws, a step of margin)."""
+        return ((newest + self._attr) // self._step + 2) * self._step <= ws
 
     def _forget(self) -> None:
         ws = self._core_step()
         if ws is None:
             return
-        chunks, step, attr = self._chunks, self._step, self._attr
-        # every first time t <= newest: its bucket (t + attr) // step ends by ws, with a step of margin
-        while chunks and ((chunks[0][0] + attr) // step + 2) * step <= ws:
-            self._ids.difference_update(chunks.popleft()[1])
+        if self._blind_until is not None and self._finalized(ws, self._blind_until):
+            self._blind_until = None  # everything read so far is finalized: start afresh
+            self._ids.clear()
+            self._chunks.clear()
+            self._moved.clear()
+            return
+        chunks, moved = self._chunks, self._moved
+        while chunks and self._finalized(ws, chunks[0][1]):
+            number, _, ids = chunks.popleft()
+            if moved:  # ids read again in a later chunk stay until that one goes
+                later = {rid for rid, last in moved.items() if last > number}
+                for rid in [rid for rid, last in moved.items() if last == number]:
+                    del moved[rid]
+                ids = ids - later
+            self._ids -= ids
 
 
 class RowsAsRead:

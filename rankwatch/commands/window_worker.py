@@ -63,6 +63,7 @@ _RESULT_POLL_S = 1.0  # how often the core, waiting for the result, checks that 
 _BACKGROUND_NICE = 10  # the niceness of the worker's thread while the input lasts (Linux: nice is per thread)
 _JOIN_TIMEOUT_S = 5.0
 _TAIL_THREADS = 2  # threads making the kernels' parts ahead once the core has sent everything
+_TAIL_AHEAD = 4  # groups whose parts those threads may have made, or be making, before the main thread adds them
 # CPUs from which the worker runs by default: on two it takes the kernel and the document off the core's
 # process, the critical path (docs/benchmarks.md); on one it would only add a process.
 _MIN_CPUS = 2
@@ -264,10 +265,19 @@ def _serve(proc: Any, ops_in: Any, results_out: Any, emit: Any, finish: Any, cor
             if data is None:
                 raise EOFError("the replay's core process has gone")
             ops += pickle.loads(data)
+        kernels = iter([i for i, op in enumerate(ops) if op[0] == "aggregate"])
         with ThreadPoolExecutor(max_workers=_TAIL_THREADS, thread_name_prefix="rankwatch-window-kernel") as pool:
-            made = [pool.submit(proc.offloaded_parts, op) if op[0] == "aggregate" else None for op in ops]
-            for op, parts in zip(ops, made, strict=True):
-                emit(proc.apply_offloaded(op, None if parts is None else parts.result()))
+            made: dict[int, Any] = {}
+
+            def ahead() -> None:  # at most _TAIL_AHEAD groups' parts made and not yet added: memory stays bounded
+                while len(made) < _TAIL_AHEAD and (i := next(kernels, None)) is not None:
+                    made[i] = pool.submit(proc.offloaded_parts, ops[i])
+
+            ahead()
+            for i, op in enumerate(ops):
+                parts = made.pop(i).result() if i in made else None
+                ahead()
+                emit(proc.apply_offloaded(op, parts))
 
     def background() -> None:
         _lower_priority()

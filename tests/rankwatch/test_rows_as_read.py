@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,23 +97,55 @@ def test_the_times_and_the_rows_are_those_of_the_lines(tmp_path: Path, seed: int
     assert as_read._queued[True] == as_read._queued[False] == type(as_read._queued[True])()
 
 
-def test_the_guard_flags_a_request_seen_before_until_the_core_has_finalized_it() -> None:
-    """A request id seen before is flagged (the core may hold it pending) until the core's watermark step says the
-    deadline bucket of its chunk's newest time has ended (a step of margin); at the pending cap every new id is
-    flagged; an unreadable line (no id) is neither flagged nor kept. Both ways: the usual chunk's (no repeat) and
-    the per-line one."""
+def _guard(cap: int = 100) -> tuple[Any, list[int | None]]:
     from rankwatch.commands.rows_as_read import RepeatGuard
 
-    config = StreamConfig(attribution_window_ms=10_000, finalize_step_ms=1_000, max_pending_requests=4)
+    config = StreamConfig(attribution_window_ms=10_000, finalize_step_ms=1_000, max_pending_requests=cap)
     core: list[int | None] = [None]
-    guard = RepeatGuard(config, lambda: core[0])
+    return RepeatGuard(config, lambda: core[0]), core
+
+
+def test_the_guard_flags_a_request_seen_before_until_the_core_has_finalized_it() -> None:
+    """A request id seen before is flagged (the core may hold it pending) until the core's watermark step says the
+    deadline bucket of the newest time of the last chunk it came in has ended (a step of margin); an unreadable line
+    (no id) is neither flagged nor kept. Both ways: the usual chunk's (no repeat) and the per-line one."""
+    guard, core = _guard()
     assert guard.flagged(["a", None, "b"], 900) == []  # the usual chunk
-    assert guard.flagged(["c", "a", None, "c"], 1_500) == [1, 3]
+    assert guard.flagged(["c", "a", None, "c"], 1_500) == [1, 3]  # 'a' now last came in this chunk
     # the first chunk (newest 900): bucket 10, ends at 11,000; with a step of margin its ids go at 12,000
-    core[0] = 11_999
-    assert guard.flagged(["a"], 20_000) == [0]
     core[0] = 12_000
-    assert guard.flagged(["a", "b"], 20_000) == []  # both forgotten, seen again
-    assert guard.flagged(["d", "e"], 20_000) == [1]  # c a b d: the cap of 4
-    core[0] = 13_000  # the second chunk's ('c', newest 1,500: bucket 11) goes
-    assert guard.flagged(["c", "a"], 21_000) == [1]
+    assert guard.flagged(["b", "a"], 20_000) == [1]  # 'b' forgotten; 'a' stays with the second chunk
+    core[0] = 13_000  # the second chunk (newest 1,500: bucket 11) goes, and 'a', 'c' with it
+    assert guard.flagged(["c", "a", "b"], 21_000) == [1, 2]  # 'a' and 'b' came again in the third chunk
+
+
+def test_the_guard_keeps_a_request_the_core_made_pending_from_a_later_line() -> None:
+    """The core may reject a request's first line (empty items) and make it pending from a later one: the id is kept
+    with the later chunk, so a third impression is flagged while the core may still hold the request (the review's
+    case: forgetting by the first chunk let a line through that the core then read)."""
+    guard, core = _guard()
+    assert guard.flagged(["R"], 1_000) == []  # rejected by the core
+    assert guard.flagged(["R"], 6_000) == [0]  # made pending by the core, its bucket 16 ending at 17,000
+    core[0] = 15_000  # the first chunk is long finalized, the request is not
+    assert guard.flagged(["R"], 15_950) == [0]
+    core[0] = 26_000  # R last came in the third chunk (15,950: bucket 25), kept until 27,000
+    assert guard.flagged(["S"], 26_000) == []
+    assert guard.flagged(["R"], 26_500) == [0]
+    core[0] = 30_000  # the fourth chunk (26,500: bucket 36) is not finalized: R stays
+    assert guard.flagged(["R"], 30_000) == [0]
+    core[0] = 50_000
+    assert guard.flagged(["R"], 50_000) == []  # every chunk it came in is finalized: new again
+
+
+def test_the_guard_at_the_cap_is_blind_until_the_core_has_finalized_all_it_read() -> None:
+    """At the pending cap's worth of ids the guard keeps no more and flags every line until the core's step has
+    passed the newest time read by then (the review's case: ids flagged at the cap and not kept let a later line of
+    a request the core held through). Its memory stays at the cap."""
+    guard, core = _guard(cap=3)
+    assert guard.flagged(["a", "b"], 1_000) == []
+    assert guard.flagged(["c", "d", "e"], 2_000) == [1, 2]  # the cap: blind from 'd' on
+    core[0] = 13_000  # the first chunk's time is finalized, the blind time (2,000: bucket 12) is not
+    assert guard.flagged(["f", None], 3_000) == [0]
+    assert len(guard._ids) <= 3
+    core[0] = 15_000  # every time read while blind (up to 3,000: bucket 13, ends 14,000) is finalized: afresh
+    assert guard.flagged(["d", "e", "g"], 20_000) == []
