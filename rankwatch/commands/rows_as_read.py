@@ -1,8 +1,9 @@
 """A replay's rows made as its log reader reads the lines, each line decoded once.
 
-Layout: :class:`RowsAsRead`, whose :meth:`RowsAsRead.ts_of` is the merge's ``ts_of`` (it makes the batch path's
-stateless rows of a chunk of one file as the merge reads it, and takes the chunk's event times from them) and
-whose :meth:`RowsAsRead.take` hands on the rows of a merged batch's lines, packed for the pipe.
+Layout: :class:`RepeatGuard` (whether the core may read a batch's lines though its rows are clean), then
+:class:`RowsAsRead`, whose :meth:`RowsAsRead.ts_of` is the merge's ``ts_of`` (it makes the batch path's stateless
+rows of a chunk of one file as the merge reads it, and takes the chunk's event times from them) and whose
+:meth:`RowsAsRead.take` hands on the rows of a merged batch's lines, packed for the pipe.
 
 Why: the merge needs every line's event time before it can order the lines, so the reader decoded each line's
 ``ts`` (msgspec, the whole line parsed), and the rows were made again from the same line afterwards, by the
@@ -10,7 +11,11 @@ reader while it was ahead, by the core otherwise: every line was parsed twice, t
 reader's time. Made here, the rows carry the time of every clean line (``prepare_rows`` took it from the same
 decoder's ``ts`` field, with the conditions of :func:`pipeline.events.validation.sniff_ts_ms`); only a line
 left to the per-record path is read for its time alone, as before, so the merge's order is the one
-:func:`pipeline.events.logs.sniff_many` gives. The core then makes no rows: it applies them.
+:func:`pipeline.events.logs.sniff_many` gives. The rows are made so while the reader is ahead of the core; once the
+core waits for it, a chunk is only read for its times and the core makes its rows (a batch's kind marked missing),
+so the work still goes to whichever process has time (rankwatch/commands/log_reader.py). Making every chunk's rows
+in the reader left the CPU idle early in a replay, when nothing is finalized yet and the core waited
+(docs/benchmarks.md).
 
 Exactness: the merge emits a file's lines in the order they were read (its key, the file's running maximum of
 ``ts``, never falls), so the rows of a batch's impressions are the next rows of the impressions file, and those of
