@@ -41,6 +41,7 @@ from rankwatch.pipeline.stream.join import FinalizedBatch, PendingRequests, feed
 from rankwatch.pipeline.stream.mapped import Translated, process_mapped_batch
 from rankwatch.pipeline.stream.memory import EarlyFeedback, ExpiringIds
 from rankwatch.pipeline.stream.prepare import BatchSpec, PreparedRows
+from rankwatch.pipeline.stream.processor_state import load_state, state_of
 from rankwatch.pipeline.stream.snapshot import decode_snapshot, encode_snapshot
 from rankwatch.pipeline.stream.staging import ListStaging
 from rankwatch.pipeline.stream.watermark import Watermark
@@ -443,26 +444,7 @@ class StreamProcessor:
         """The whole state as msgpack bytes; :meth:`restore` gives a processor that behaves identically."""
         if self._windows_elsewhere is not None:
             raise ValueError("the windows of this processor are elsewhere (offload_windows): no snapshot")
-        state = {
-            "pending": self._pending.to_state(),
-            "early": self._early.to_state(),
-            "seen": self._seen.to_state(),
-            "finalized": self._finalized.to_state(),
-            "watermark": self._watermark.to_state(),
-            "wm_step": self._wm_step,
-            "windows": self._windows.to_state(),
-            "staging": self._staging.to_state(),
-            "published": self._windows.published,
-            "capper": self._capper.to_state(),
-            "combos": [[list(k) for k in key] for key in self._combo_keys],
-            "combo_cache": [[list(raw), c] for raw, c in self._combo_cache.items()],
-            "imp": self._imp,
-            "clk": self._clk,
-            "rejects": [[s, r, n] for (s, r), n in self._rejects.items()],
-            "counters": [self._evicted, self._finalized_count, self._detached],
-            "experiments": self._experiments.to_state(),
-        }
-        return encode_snapshot(self.config.fingerprint(), state)
+        return encode_snapshot(self.config.fingerprint(), state_of(self))
 
     @classmethod
     def restore(
@@ -472,32 +454,7 @@ class StreamProcessor:
         state = decode_snapshot(data, config.fingerprint())
         partitions = tuple(p for p in state["watermark"]["partitions"] if p != -1)
         out = cls(config, clock=clock, dead_letters=dead_letters, partitions=partitions, translator=translator)
-        cfg = config
-        out._pending = PendingRequests.from_state(
-            state["pending"], attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
-            max_items_per_request=cfg.max_items_per_request,
-        )
-        out._early = EarlyFeedback.from_state(
-            state["early"], attribution_window_ms=cfg.attribution_window_ms, step_ms=cfg.finalize_step_ms,
-            capacity=cfg.max_pending_feedback,
-        )
-        out._seen = ExpiringIds.from_state(state["seen"], capacity=out._seen.capacity, retention_ms=out._seen.retention_ms)
-        out._finalized = ExpiringIds.from_state(
-            state["finalized"], capacity=out._finalized.capacity, retention_ms=out._finalized.retention_ms
-        )
-        out._watermark.load_state(state["watermark"])
-        out._wm_step = state["wm_step"]
-        out._windows.load_state(state["windows"], state["published"])
-        out._staging.load_state(state["staging"])
-        out._capper = LabelCapper.from_state(state["capper"])
-        out._combo_keys = [tuple((str(a), str(b)) for a, b in key) for key in state["combos"]]
-        out._combo_ids = {tuple(v for _, v in key): i for i, key in enumerate(out._combo_keys)}
-        out._combo_cache = {tuple(raw): int(c) for raw, c in state["combo_cache"]}
-        out._imp.update(state["imp"])
-        out._clk.update(state["clk"])
-        out._rejects = {(s, r): int(n) for s, r, n in state["rejects"]}
-        out._evicted, out._finalized_count, out._detached = (int(x) for x in state["counters"])
-        out._experiments.restore(state.get("experiments", {}))
+        load_state(out, state)
         return out
 
 
