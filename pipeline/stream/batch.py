@@ -110,8 +110,10 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
     cap = seen.capacity
     # The watermark step and the dedupe set's newest group, read again only after a call that can change them (a
     # watermark step, the per-record path, a new group): attribute loads an event fewer.
-    ws = proc._wm_step
-    tail_tag, tail_append = seen.tail_tag, seen.tail.append
+    def fresh() -> tuple[int | None, int | None, Callable[[str], None]]:
+        return proc._wm_step, seen.tail_tag, seen.tail.append
+
+    ws, tail_tag, tail_append = fresh()
 
     for i in range(first, first + rows.n_records):
         if kinds[i]:
@@ -122,7 +124,7 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                        else None if offsets is None else SourceRef(topics[0], partition, offsets[i]))  # type: ignore[arg-type]
                 out += slow_imp(values[i], source=src)
                 skip, ikey = _resync(proc, wmk, p_key)
-                ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
+                ws, tail_tag, tail_append = fresh()
                 continue
             if eid in seen_ids:
                 imp_counts["duplicate"] += 1
@@ -136,10 +138,10 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                         wmk.value = v = wm
                     if ws is None or v >= ws + step:
                         out += proc._maybe_advance(v)
-                        ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
+                        ws, tail_tag, tail_append = fresh()
                 else:
                     out += observe(p_key, ts)
-                    ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
+                    ws, tail_tag, tail_append = fresh()
                     skip = _skip_after(proc, wmk, p_key)
                     ikey = _inline_key(wmk, p_key)
                     if ikey is not None:
@@ -184,7 +186,7 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                        else None if offsets is None else SourceRef(topics[1], partition, offsets[i]))  # type: ignore[arg-type]
                 out += slow_fb(values[i], source=src)
                 skip, ikey = _resync(proc, wmk, p_key)
-                ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
+                ws, tail_tag, tail_append = fresh()
                 continue
             if eid in seen_ids:
                 clk_counts["duplicate"] += 1
@@ -198,10 +200,10 @@ def _apply(proc: StreamProcessor, kinds: Sequence[bool], values: Sequence[bytes]
                         wmk.value = v = wm
                     if ws is None or v >= ws + step:
                         out += proc._maybe_advance(v)
-                        ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
+                        ws, tail_tag, tail_append = fresh()
                 else:
                     out += observe(p_key, fts)
-                    ws, tail_tag, tail_append = proc._wm_step, seen.tail_tag, seen.tail.append
+                    ws, tail_tag, tail_append = fresh()
                     skip = _skip_after(proc, wmk, p_key)
                     ikey = _inline_key(wmk, p_key)
                     if ikey is not None:
