@@ -22,10 +22,12 @@ per-record calls by the same argument as the batch path does.
 from __future__ import annotations
 
 import operator
+import os
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from rankwatch.pipeline.events.validation import (
@@ -37,6 +39,15 @@ from rankwatch.pipeline.events.validation import (
 )
 from rankwatch.pipeline.stream.join import _STRUCTS, SEP, USER_KEY_CACHE, _pack_scores, user_key_of
 
+_rowscan: ModuleType | None
+try:  # the usual line scanned in C (setup.py builds it where a compiler is found)
+    from rankwatch.pipeline.stream import _rowscan
+except ImportError:  # pragma: no cover - built without a C compiler
+    _rowscan = None
+if os.environ.get("RANKWATCH_ROWSCAN", "").lower() in ("0", "off", "no"):  # every row by msgspec (docs/cli.md)
+    _rowscan = None
+
+_LABEL_FIELDS = ("segment", "surface", "variant", "model")  # the scanner's order of the label fields
 _IMPRESSION_FIELDS = 7  # event_id, request_id, ts_ms, wire_labels, n_items, packed, user_key
 _FEEDBACK_FIELDS = 5  # event_id, request_id, item_id, ts_ms, grade
 
@@ -173,9 +184,44 @@ def prepare_rows(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes]
 
     ``user_keys`` remembers ``user_id -> user_key_of`` across calls (emptied at :data:`USER_KEY_CACHE`
     entries): users come back request after request, and a BLAKE2b per request cost about 3 % of the core.
+
+    The usual line is scanned in C (:mod:`pipeline.stream._rowscan`, where it was built); a line it leaves, and
+    every line without it, gets its row from :func:`prepare_rows_msgspec`, which the scanner's rows equal.
     """
     if user_keys is None:
         user_keys = {}
+    if _rowscan is None:
+        return prepare_rows_msgspec(spec, kinds, values, user_keys)
+    if len(kinds) != len(values):
+        raise ValueError(f"{len(kinds)} kinds for {len(values)} values")
+    n_imp = sum(kinds)
+    if n_imp == len(kinds):
+        imp_lines, fb_lines = list(values), []
+    elif n_imp == 0:
+        imp_lines, fb_lines = [], list(values)
+    else:
+        imp_lines = [v for k, v in zip(kinds, values, strict=True) if k]
+        fb_lines = [v for k, v in zip(kinds, values, strict=True) if not k]
+    labels: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    imp, left_imp = _rowscan.impressions(imp_lines, spec.max_event_bytes, spec.max_items_per_request,
+                                         tuple([_LABEL_FIELDS.index(lbl) for lbl in spec.by]), labels, user_keys,
+                                         USER_KEY_CACHE, user_key_of)
+    fb, left_fb = _rowscan.feedback(fb_lines, spec.max_event_bytes, dict(spec.action_grades))
+    if left_imp or left_fb:  # their rows by msgspec's path, put in their places
+        left = [True] * len(left_imp) + [False] * len(left_fb)
+        rest = prepare_rows_msgspec(spec, left, [imp_lines[i] for i in left_imp] + [fb_lines[i] for i in left_fb],
+                                    user_keys, labels)
+        for columns, made, where in ((imp, rest.impressions, left_imp), (fb, rest.feedback, left_fb)):
+            for column, values_made in zip(columns, made, strict=True):
+                for i, value in zip(where, values_made, strict=True):
+                    column[i] = value
+    return PreparedRows(len(values), imp, fb)
+
+
+def prepare_rows_msgspec(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes], user_keys: dict[str, int],
+                         labels: dict[tuple[Any, ...], tuple[Any, ...]] | None = None) -> PreparedRows:
+    """:func:`prepare_rows` with msgspec's decoders for every line (the scanner's oracle); ``labels`` keeps one
+    tuple per distinct labels."""
     max_bytes, max_items = spec.max_event_bytes, spec.max_items_per_request
     grades = dict(spec.action_grades)
     by = spec.by
@@ -188,7 +234,8 @@ def prepare_rows(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes]
     fb: list[list[Any]] = [[] for _ in range(_FEEDBACK_FIELDS)]
     i_eid, i_rid, i_ts, i_labels, i_n, i_packed, i_user = (c.append for c in imp)
     f_eid, f_rid, f_item, f_ts, f_grade = (c.append for c in fb)
-    labels: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # one tuple per distinct labels: the others are freed now
+    if labels is None:
+        labels = {}  # one tuple per distinct labels: the others are freed now
 
     def slow_impression() -> None:
         i_eid(None), i_rid(None), i_ts(0), i_labels(None), i_n(0), i_packed(None), i_user(0)
