@@ -160,14 +160,20 @@ static inline int key_is(Span k, const char *name, Py_ssize_t n) {
 static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                   1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* A number's value as a double (its JSON grammar checked by scan_number). The usual score (at most 2**53 as its
+/* A number's value as a double (its JSON grammar checked by scan_number). An integer is converted (rounded to
+   nearest, as msgspec converts the integer it read); the usual score (at most 2**53 as its
    digits, a power of ten up to 22) is one IEEE division or product of two exact doubles, so correctly rounded
    (Clinger's fast path, where doubles are evaluated in double precision); any other goes to CPython's correctly
    rounded parser, which costs a switch of the x87 control word a call. */
 static inline int double_value(int kind, Span v, double *out) {
     const char *q = v.s, *e = v.s + v.n;
     int neg = 0;
-    if (kind == K_INT && v.n > MAX_INT_DIGITS) return 0; /* msgspec reads a long integer its own way */
+    if (kind == K_INT) { /* an integer becomes a float as msgspec converts one: -0 is 0.0, the integer zero */
+        long long whole;
+        if (!int_value(v, &whole)) return 0; /* msgspec reads a long integer its own way */
+        *out = (double)whole;
+        return 1;
+    }
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
     if (*q == '-') {
         neg = 1;
