@@ -1,9 +1,9 @@
 """The optional C part of rankwatch: pyproject.toml holds everything else.
 
-``rankwatch.pipeline.stream._rowscan`` scans the usual JSON event straight into the batch path's rows
-(pipeline/stream/_rowscan.c). It is optional: where no C compiler is found the install goes on without it, and
-pipeline/stream/prepare.py makes every row with msgspec, as it does for any line the scanner leaves
-(docs/benchmarks.md has what it saves).
+Two helpers of the streaming core (pipeline/stream/native.py): ``_rowscan`` scans the usual JSON event straight
+into the batch path's rows, ``_labels`` matches finalized requests' feedback to their items. Both are optional:
+where no C compiler is found the install goes on without them, and the Python code they replace runs instead,
+to the same results (docs/benchmarks.md has what they save).
 """
 
 from setuptools import Extension, setup
@@ -11,10 +11,11 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "rankwatch.pipeline.stream._rowscan",
-            ["rankwatch/pipeline/stream/_rowscan.c"],
+            f"rankwatch.pipeline.stream.{name}",
+            [f"rankwatch/pipeline/stream/{name}.c"],
             optional=True,  # no compiler: installed without it
             extra_compile_args=["-O2"],
         )
+        for name in ("_rowscan", "_labels")
     ]
 )

@@ -22,12 +22,10 @@ per-record calls by the same argument as the batch path does.
 from __future__ import annotations
 
 import operator
-import os
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
-from types import ModuleType
 from typing import Any, NamedTuple
 
 from rankwatch.pipeline.events.validation import (
@@ -37,15 +35,8 @@ from rankwatch.pipeline.events.validation import (
     MAX_TS_MS,
     _in_order,
 )
+from rankwatch.pipeline.stream import native
 from rankwatch.pipeline.stream.join import _STRUCTS, SEP, USER_KEY_CACHE, _pack_scores, user_key_of
-
-_rowscan: ModuleType | None
-try:  # the usual line scanned in C (setup.py builds it where a compiler is found)
-    from rankwatch.pipeline.stream import _rowscan
-except ImportError:  # pragma: no cover - built without a C compiler
-    _rowscan = None
-if os.environ.get("RANKWATCH_ROWSCAN", "").lower() in ("0", "off", "no"):  # every row by msgspec (docs/cli.md)
-    _rowscan = None
 
 _LABEL_FIELDS = ("segment", "surface", "variant", "model")  # the scanner's order of the label fields
 _IMPRESSION_FIELDS = 7  # event_id, request_id, ts_ms, wire_labels, n_items, packed, user_key
@@ -185,11 +176,13 @@ def prepare_rows(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes]
     ``user_keys`` remembers ``user_id -> user_key_of`` across calls (emptied at :data:`USER_KEY_CACHE`
     entries): users come back request after request, and a BLAKE2b per request cost about 3 % of the core.
 
-    The usual line is scanned in C (:mod:`pipeline.stream._rowscan`, where it was built); a line it leaves, and
-    every line without it, gets its row from :func:`prepare_rows_msgspec`, which the scanner's rows equal.
+    The usual line is scanned in C (:mod:`pipeline.stream._rowscan`, where it was built:
+    :mod:`pipeline.stream.native`); a line it leaves, and every line without it, gets its row from
+    :func:`prepare_rows_msgspec`, which the scanner's rows equal.
     """
     if user_keys is None:
         user_keys = {}
+    _rowscan = native.rowscan
     if _rowscan is None:
         return prepare_rows_msgspec(spec, kinds, values, user_keys)
     if len(kinds) != len(values):

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankwatch.pipeline.slicing import SliceSpec
-from rankwatch.pipeline.stream import prepare
+from rankwatch.pipeline.stream import native, prepare
 from rankwatch.pipeline.stream.config import StreamConfig
 from rankwatch.pipeline.stream.join import USER_KEY_CACHE, user_key_of
 from rankwatch.pipeline.stream.prepare import BatchSpec, prepare_rows, prepare_rows_msgspec
@@ -326,7 +326,7 @@ def test_without_the_scanner_every_row_is_msgspecs(monkeypatch: pytest.MonkeyPat
     rng = random.Random(5)
     lines = [_dumps(_impression(rng, i), rng) for i in range(200)]
     with_scanner = prepare_rows(SPEC, [True] * 200, lines, {})
-    monkeypatch.setattr(prepare, "_rowscan", None)
+    monkeypatch.setattr(native, "rowscan", None)
     assert prepare_rows(SPEC, [True] * 200, lines, {}) == with_scanner
 
 
