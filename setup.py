@@ -1,9 +1,10 @@
 """The optional C part of rankwatch: pyproject.toml holds everything else.
 
-Two helpers of the streaming core (pipeline/stream/native.py): ``_rowscan`` scans the usual JSON event straight
-into the batch path's rows, ``_labels`` matches finalized requests' feedback to their items. Both are optional:
-where no C compiler is found the install goes on without them, and the Python code they replace runs instead,
-to the same results (docs/benchmarks.md has what they save).
+Three helpers of the streaming core (pipeline/stream/native.py): ``_rowscan`` scans the usual JSON event
+straight into the batch path's rows, ``_fastapply`` applies the batch path's common event, ``_labels`` matches
+finalized requests' feedback to their items. They are optional: where no C compiler is found the install goes
+on without them, and the Python code they replace runs instead, to the same results (docs/benchmarks.md has
+what they save).
 """
 
 from setuptools import Extension, setup
@@ -16,6 +17,6 @@ setup(
             optional=True,  # no compiler: installed without it
             extra_compile_args=["-O2"],
         )
-        for name in ("_rowscan", "_labels")
+        for name in ("_rowscan", "_fastapply", "_labels")
     ]
 )

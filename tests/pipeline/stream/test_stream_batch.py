@@ -63,8 +63,9 @@ def _raw(doc: dict[str, Any]) -> bytes:
 
 
 def _outcome(proc: StreamProcessor, windows: list[Any], sink: ListDeadLetterSink) -> Any:
+    """What a run gives: its windows, stats and dead letters, and its state (the watermark's included)."""
     return ([w.document() for w in windows], proc.stats(),
-            [(d.stream, d.reason, d.detail, d.source) for d in sink.letters])
+            [(d.stream, d.reason, d.detail, d.source) for d in sink.letters], proc.snapshot())
 
 
 def _bounds(n: int, cuts: list[int]) -> list[int]:
@@ -72,7 +73,8 @@ def _bounds(n: int, cuts: list[int]) -> list[int]:
 
 
 def _per_record(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts: list[int]) -> Any:
-    """Per-record calls; the stats are also taken at every cut (where the batched run is between calls)."""
+    """Per-record calls; the stats and the state are also taken at every cut (where the batched run is between
+    calls)."""
     sink = ListDeadLetterSink()
     proc = StreamProcessor(CFG, clock=ManualClock(), dead_letters=sink, partitions=parts)
     out: list[Any] = []
@@ -80,7 +82,7 @@ def _per_record(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts
     midway = []
     for i, (kind, raw, p) in enumerate(seq):
         if i in at:
-            midway.append(proc.stats())
+            midway.append((proc.stats(), proc.snapshot()))
         src = SourceRef("imp" if kind else "clk", p, i)
         out += (proc.process_impression if kind else proc.process_feedback)(raw, source=src)
     out += proc.flush()
@@ -97,7 +99,7 @@ def _batched(seq: list[tuple[bool, bytes, int]], parts: tuple[int, ...], cuts: l
     bounds = _bounds(len(seq), cuts)
     midway = []
     for a, b in zip(bounds, bounds[1:], strict=False):
-        midway.append(proc.stats())
+        midway.append((proc.stats(), proc.snapshot()))
         if a == restore_at % (len(seq) + 1):
             proc = StreamProcessor.restore(proc.snapshot(), config=CFG, clock=ManualClock(), dead_letters=sink)
         i = a
