@@ -204,7 +204,8 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 break;
             }
             if (fslot != NULL) {
-                PyObject *t = PySequence_GetItem(p_ts, PyLong_AsSsize_t(fslot));
+                Py_ssize_t s = PyLong_AsSsize_t(fslot);
+                PyObject *t = s < 0 || s >= PyList_GET_SIZE(p_fb) ? NULL : PySequence_GetItem(p_ts, s);
                 int ok = t != NULL && as_ll(t, &rts);
                 Py_XDECREF(t);
                 if (!ok) {
@@ -297,8 +298,12 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             }
             int counted = ts >= rts;
             if (counted) cf.accepted++;
-            Py_ssize_t s = PyLong_AsSsize_t(fslot);
+            Py_ssize_t s = PyLong_AsSsize_t(fslot); /* checked above */
             PyObject *held = PyList_GET_ITEM(p_fb, s);
+            if (held != Py_None && !PyTuple_Check(held)) {
+                PyErr_SetString(PyExc_TypeError, "a pending request's feedback is a tuple");
+                goto error;
+            }
             Py_ssize_t h = held == Py_None ? 0 : PyTuple_GET_SIZE(held);
             PyObject *entry = PyTuple_Pack(4, PyList_GET_ITEM(fc[2], at), PyList_GET_ITEM(fc[4], at),
                                            PyList_GET_ITEM(fc[3], at), counted ? Py_True : Py_False);

@@ -57,7 +57,11 @@ static int label_request(Labels *out, PyObject *fb, const char *ids, Py_ssize_t 
         if (!counted) out->accepted++;
         Py_ssize_t item_len;
         const char *item = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(entry, 0), &item_len);
-        if (item == NULL) return -1;
+        if (item == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+            PyErr_Clear(); /* a lone surrogate: equal to no stored id (they are UTF-8), as in Python */
+            continue;
+        }
         PyObject *grade = PyTuple_GET_ITEM(entry, 1);
         const char *p = ids, *end = ids + size;
         for (Py_ssize_t k = 0; k < n; k++) { /* each id in turn: every position showing the item is labelled */

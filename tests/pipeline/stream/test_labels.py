@@ -66,6 +66,13 @@ def test_flat_indexes_run_across_requests() -> None:
     assert out[1:3] == ([3, 4], [1, 1])
 
 
+def test_an_item_id_no_record_can_hold_labels_nothing() -> None:
+    """A lone surrogate cannot be in a record (ids are stored as UTF-8): it matches nothing, as in Python."""
+    rec = struct.pack("<1d", 0) + b"a"
+    fb = (("\ud800", 1, 0, True), ("a", 2, 0, True))
+    assert labels.finalize((rec,), [1], (fb,), [0], 10) == _labels_py.finalize([rec], [1], [fb], [0], 10)
+
+
 def test_bad_columns_are_refused() -> None:
     rec = struct.pack("<2d", 0, 0) + b"a\x00b"
     with pytest.raises(ValueError, match="fewer scores"):
