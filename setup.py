@@ -14,6 +14,7 @@ setup(
         Extension(
             f"rankwatch.pipeline.stream.{name}",
             [f"rankwatch/pipeline/stream/{name}.c"],
+            depends=["rankwatch/pipeline/stream/_json_subset.h"],
             optional=True,  # no compiler: installed without it
             extra_compile_args=["-O2"],
         )

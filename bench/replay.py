@@ -19,7 +19,9 @@ process, and of its reaped children apart: the replay's log reader and window wo
 
 With ``--processes ROUNDS`` it also times whole processes from the outside, as the issue's checks do: per round
 ``python`` reading both files with ``json.loads``, ``python -m rankwatch replay`` twice, ``json.loads`` again (ABBA
-order), and prints the ratio of each round and their median.
+order), and prints the ratio of each round and their median. With ``--python-too`` each round also times the replay
+with ``RANKWATCH_NATIVE=off`` (the streaming core's C helpers off: what an install without a compiler runs), in
+ABBA order with the default one, and prints their paired ratio.
 
 It prints requests/s of each and the ratios the product goals are stated in, replay / json.loads and
 replay / process_batch, by wall time (what a user sees on an idle machine with two cores or more), and the CPU
@@ -75,6 +77,8 @@ def main() -> None:
     ap.add_argument("--mapped", action="store_true",
                     help="also replay the same events in a team's nested list shape with --config (stream_core's "
                          "TEAM_FIELDS), printed as a ratio to the native replay of the same run")
+    ap.add_argument("--python-too", action="store_true",
+                    help="with --processes, also time whole replays with RANKWATCH_NATIVE=off (no C helpers)")
     ap.add_argument("--processes", type=int, default=0, metavar="ROUNDS",
                     help="also time whole processes from the outside, as a user runs them: per round `python` "
                          "reading both files with json.loads and `python -m rankwatch replay`, in ABBA order")
@@ -135,7 +139,7 @@ def main() -> None:
         for _ in range(args.repeat):
             for name, fn in fns.items():
                 times[name].append(_timed(fn))
-        rounds = _whole_processes(imp, clk, args.processes)
+        rounds = _whole_processes(imp, clk, args.processes, args.python_too)
     med = {k: [statistics.median(t[i] for t in v) for i in range(3)] for k, v in times.items()}
     print(f"{args.requests} requests, {len(events)} events, {size_mb:.0f} MB JSONL; medians of {args.repeat}")
     print(f"  {'':22s} {'wall s':>7s} {'req/s':>9s} {'CPU s':>7s} {'child CPU s':>12s}")
@@ -153,20 +157,29 @@ def main() -> None:
         print(f"replay --config (nested list shape) / replay (native), wall: "
               f"{med['replay'][0] / med['replay --config'][0]:.2f}x")
     if rounds:
-        ratios = [(a + b) / (c + d) for a, c, d, b in rounds]
-        print(f"whole processes, {len(rounds)} rounds in ABBA order (json.loads, replay, replay, json.loads; wall s): "
+        ratios = [(r[0] + r[-1]) / (r[1] + r[2]) for r in rounds]
+        order = "json.loads, replay, replay, json.loads" if len(rounds[0]) == 4 else (
+            "json.loads, replay, replay without C, replay without C, replay, json.loads")
+        print(f"whole processes, {len(rounds)} rounds in ABBA order ({order}; wall s): "
               + ", ".join(" ".join(f"{t:.2f}" for t in r) for r in rounds))
         print(f"  replay / json.loads from the outside, per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {statistics.median(ratios):.2f}x)")
+        if len(rounds[0]) == 6:
+            python = [(r[2] + r[3]) / (r[1] + r[4]) for r in rounds]
+            slower = [(r[0] + r[5]) / (r[2] + r[3]) for r in rounds]
+            print(f"  RANKWATCH_NATIVE=off / default, paired per round: {', '.join(f'{x:.2f}' for x in python)} "
+                  f"(median {statistics.median(python):.2f}); its replay / json.loads: median "
+                  f"{statistics.median(slower):.2f}x")
 
 
 _LOADS = "import json, sys\nfor p in sys.argv[1:]:\n    with open(p, 'rb') as f:\n        for line in f:\n            json.loads(line)\n"
 
 
-def _whole_processes(imp: Path, clk: Path, rounds: int) -> list[tuple[float, float, float, float]]:
+def _whole_processes(imp: Path, clk: Path, rounds: int, python_too: bool = False) -> list[tuple[float, ...]]:
     """Wall seconds of whole processes, ``rounds`` times in ABBA order: ``python`` reading both files with
-    ``json.loads`` line by line, ``python -m rankwatch replay --format json`` twice, ``json.loads`` again. The
-    order cancels the few per cent the second of two runs gains (warmer caches and clocks)."""
+    ``json.loads`` line by line, ``python -m rankwatch replay --format json`` twice (with ``python_too``, twice
+    with ``RANKWATCH_NATIVE=off`` between them), ``json.loads`` again. The order cancels the few per cent the second
+    of two runs gains (warmer caches and clocks)."""
     import subprocess
     import threading
 
@@ -174,11 +187,13 @@ def _whole_processes(imp: Path, clk: Path, rounds: int) -> list[tuple[float, flo
     replay = [sys.executable, "-m", "rankwatch", "replay", "--impressions", str(imp), "--clicks", str(clk),
               "--format", "json"]
 
-    def wall(cmd: list[str]) -> float:
+    without_c = {**os.environ, "RANKWATCH_NATIVE": "off"}
+
+    def wall(cmd: list[str], env: dict[str, str] | None = None) -> float:
         # Waited for without a timeout: subprocess's wait with one polls, at up to 50 ms apart, which rounded every
         # time up by as much. The bound is a timer that kills a process still running after 600 s.
         t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         watchdog = threading.Timer(600, proc.kill)
         watchdog.start()
         try:
@@ -190,6 +205,9 @@ def _whole_processes(imp: Path, clk: Path, rounds: int) -> list[tuple[float, flo
             raise subprocess.CalledProcessError(code, cmd)
         return elapsed
 
+    if python_too:
+        return [(wall(loads), wall(replay), wall(replay, without_c), wall(replay, without_c), wall(replay), wall(loads))
+                for _ in range(rounds)]
     return [(wall(loads), wall(replay), wall(replay), wall(loads)) for _ in range(rounds)]
 
 
