@@ -79,8 +79,10 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         !as_ll(args[5], &skip) || !as_ll(S(S_DISORDER), &disorder) || !as_ll(S(S_STEP), &step) ||
         !as_ll(S(S_ATTR), &attr) || !as_ll(S(S_BUCKET_ATTR), &b_attr) || !as_ll(S(S_BUCKET_STEP), &b_step) ||
         (has_ws && !as_ll(args[7], &ws)) || (has_tail && !as_ll(args[9], &tail_tag)) ||
-        !as_ll(args[10], &early_count))
+        !as_ll(args[10], &early_count)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "run: a negative index or cap");
         return NULL;
+    }
 #undef S
     if (!PyList_Check(kinds) || !PyList_Check(imp) || PyList_GET_SIZE(imp) != 7 || !PyList_Check(fb) ||
         PyList_GET_SIZE(fb) != 5 || !PyDict_Check(index) || !PySet_Check(seen) || !PyList_Check(tail) ||
@@ -97,6 +99,13 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     for (int k = 0; k < 5; k++) {
         fc[k] = PyList_GET_ITEM(fb, k);
         if (!PyList_Check(fc[k])) goto bad_columns;
+    }
+    /* every column of a kind as long as its first (the loop bounds its reads by the first's length) */
+    for (int k = 1; k < 7; k++) {
+        if (PyList_GET_SIZE(ic[k]) != PyList_GET_SIZE(ic[0])) goto bad_columns;
+    }
+    for (int k = 1; k < 5; k++) {
+        if (PyList_GET_SIZE(fc[k]) != PyList_GET_SIZE(fc[0])) goto bad_columns;
     }
     PyObject *pending_cols[8] = {p_rid, p_ts, p_combo, p_user, p_record, p_count, p_positions, p_fb};
     PyObject *appends[8] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}; /* the arrays' append methods */
@@ -330,7 +339,7 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return Py_BuildValue("(nnnLLLLLLLLL)", i, ip, fp, skip, added, ci.dup, ci.late, ci.accepted, cf.dup, cf.late,
                          cf.accepted, cf.orphan);
 bad_columns:
-    PyErr_SetString(PyExc_TypeError, "run: the state's columns are not lists");
+    PyErr_SetString(PyExc_TypeError, "run: the rows' or the state's columns are not lists of equal lengths");
     return NULL;
 error:
     /* An exception mid-event (memory, a foreign object in a column): the state may be half-changed, as it would

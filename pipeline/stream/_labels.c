@@ -106,7 +106,7 @@ static PyObject *finalize(PyObject *self, PyObject *args) {
         PyObject *rec = PySequence_Fast_GET_ITEM(recs, i);
         Py_ssize_t n = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(lens, i));
         if (n == -1 && PyErr_Occurred()) goto done;
-        if (!PyBytes_Check(rec) || n < 0 || PyBytes_GET_SIZE(rec) < 8 * n) {
+        if (!PyBytes_Check(rec) || n < 0 || PyBytes_GET_SIZE(rec) / 8 < n) {
             PyErr_SetString(PyExc_ValueError, "a record holds fewer scores than its item count");
             goto done;
         }

@@ -23,6 +23,7 @@ grammar is checked here.
 #define MAX_LABEL_CHARS 256
 #define MAX_TS_MS 253370764799999LL
 #define MAX_GRADE 20
+#define MAX_ITEMS 65535 /* StreamConfig's largest max_items_per_request (PendingRequests counts items in 16 bits) */
 
 /* -- impressions ------------------------------------------------------------------------------------------- */
 
@@ -284,13 +285,16 @@ static PyObject *impressions(PyObject *self, PyObject *args) {
         }
         by[j] = (int)i;
     }
-    if (max_items < 1) max_items = 1;
+    if (max_items < 1 || max_items > MAX_ITEMS) { /* StreamConfig keeps it in 1..65535 */
+        PyErr_Format(PyExc_ValueError, "max_items %zd is outside 1..%d", max_items, MAX_ITEMS);
+        return NULL;
+    }
     Item *items = PyMem_Malloc(2 * sizeof(Item) * (size_t)max_items);
     if (items == NULL) return PyErr_NoMemory();
     PyObject *col[7], *left = PyList_New(0), *out = NULL;
     if (left == NULL || open_columns(col, 7) < 0) goto done;
-    Py_ssize_t n_lines = PyList_GET_SIZE(lines);
-    for (Py_ssize_t i = 0; i < n_lines; i++) {
+    /* key_of is Python code: the line is held while its spans are read, and the list's size read each time */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lines); i++) {
         PyObject *raw = PyList_GET_ITEM(lines, i);
         ImpressionLine line;
         if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) > max_bytes ||
@@ -304,8 +308,10 @@ static PyObject *impressions(PyObject *self, PyObject *args) {
         }
         PyObject *rid = ascii_str(line.rid);
         if (rid == NULL) goto done;
+        Py_INCREF(raw);
         PyObject *ukey = user_key(user_keys, cap, key_of, rid, &line);
         if (ukey == NULL) {
+            Py_DECREF(raw);
             Py_DECREF(rid);
             goto done;
         }
@@ -314,6 +320,7 @@ static PyObject *impressions(PyObject *self, PyObject *args) {
                   append_new(col[3], labels_key(labels, by, n_by, &line)) < 0 ||
                   append_new(col[4], PyLong_FromSsize_t(line.n)) < 0 ||
                   append_new(col[5], packed_record(items, line.n)) < 0 || PyList_Append(col[6], ukey) < 0;
+        Py_DECREF(raw);
         Py_DECREF(rid);
         Py_DECREF(ukey);
         if (bad) goto done;
@@ -393,8 +400,7 @@ static PyObject *feedback(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!nO!", &PyList_Type, &lines, &max_bytes, &PyDict_Type, &grades)) return NULL;
     PyObject *col[5], *left = PyList_New(0), *out = NULL;
     if (left == NULL || open_columns(col, 5) < 0) goto done;
-    Py_ssize_t n_lines = PyList_GET_SIZE(lines);
-    for (Py_ssize_t i = 0; i < n_lines; i++) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lines); i++) {
         PyObject *raw = PyList_GET_ITEM(lines, i);
         Span ids[3];
         long long ts = 0;

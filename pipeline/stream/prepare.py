@@ -39,6 +39,7 @@ from rankwatch.pipeline.stream import native
 from rankwatch.pipeline.stream.join import _STRUCTS, SEP, USER_KEY_CACHE, _pack_scores, user_key_of
 
 _LABEL_FIELDS = ("segment", "surface", "variant", "model")  # the scanner's order of the label fields
+_SCANNED_ITEMS = 65535  # the scanner's largest max_items_per_request (StreamConfig's too)
 _IMPRESSION_FIELDS = 7  # event_id, request_id, ts_ms, wire_labels, n_items, packed, user_key
 _FEEDBACK_FIELDS = 5  # event_id, request_id, item_id, ts_ms, grade
 
@@ -183,7 +184,7 @@ def prepare_rows(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes]
     if user_keys is None:
         user_keys = {}
     _rowscan = native.rowscan
-    if _rowscan is None:
+    if _rowscan is None or not 0 < spec.max_items_per_request <= _SCANNED_ITEMS:
         return prepare_rows_msgspec(spec, kinds, values, user_keys)
     if len(kinds) != len(values):
         raise ValueError(f"{len(kinds)} kinds for {len(values)} values")

@@ -333,3 +333,13 @@ def test_without_the_scanner_every_row_is_msgspecs(monkeypatch: pytest.MonkeyPat
 def test_kinds_and_values_of_different_lengths_are_refused() -> None:
     with pytest.raises(ValueError):
         prepare_rows(SPEC, [True, False], [b"{}"], {})
+
+
+def test_item_caps_the_scanner_does_not_take_fall_back_to_msgspec() -> None:
+    """A hand-built spec beyond StreamConfig's range of ``max_items_per_request`` (1..65535): every row by msgspec."""
+    line = b'{"event_id":"e","request_id":"r","ts":1,"items":[{"item_id":"a","position":1,"score":1}]}'
+    for cap in (0, 2**60):
+        spec = BatchSpec(1000, cap, SPEC.action_grades, SPEC.by)
+        _assert_same_rows(spec, [True], [line])
+        with pytest.raises(ValueError, match="outside"):
+            _scan(spec, True, [line])

@@ -239,3 +239,15 @@ def test_packed_rows_unpack_to_the_rows() -> None:
         assert packed.every_row_clean == (None not in rows.impressions[0] + rows.feedback[0])
         slow += not packed.every_row_clean
     assert slow > 10  # the messy records left some rows to the per-record path
+
+
+def test_rows_with_columns_of_unequal_lengths_are_an_error_not_a_crash() -> None:
+    """Rows handed in by a caller are checked (the C apply loop reads every column by the first's length)."""
+    proc = StreamProcessor(CFG, clock=ManualClock())
+    lines = [_raw({"event_id": f"e{k}", "request_id": f"r{k}", "ts": T0 + k,
+                   "items": [{"item_id": "a", "position": 1, "score": 0.5}]}) for k in range(2)]
+    rows = prepare_rows(BatchSpec.of(CFG), [True, True], lines, {})
+    for column in rows.impressions[2:]:
+        del column[1:]
+    with pytest.raises((TypeError, ValueError)):
+        proc.process_batch([True, True], lines, rows=rows)
