@@ -204,4 +204,70 @@ static inline int double_value(int kind, Span v, double *out) {
     return 1;
 }
 
+/* -- RFC 3339 times ----------------------------------------------------------------------------------------- */
+
+static inline int digits_at(const char *p, int n, int *out) {
+    int x = 0;
+    for (int k = 0; k < n; k++) {
+        if (p[k] < '0' || p[k] > '9') return 0;
+        x = x * 10 + (p[k] - '0');
+    }
+    *out = x;
+    return 1;
+}
+
+/* Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days_from_civil). */
+static inline long long days_from_civil(long long y, int m, int d) {
+    y -= m <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static inline int days_in_month(int y, int m) {
+    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return m == 2 && leap ? 29 : days[m - 1];
+}
+
+/* An RFC 3339 time with a zone, as epoch milliseconds rounded down (pipeline/events/validation.py _ts_ms): only
+   ``YYYY-MM-DDTHH:MM:SS``, an optional fraction of 1 to 6 digits (exact microseconds: msgspec rounds longer ones),
+   and ``Z`` or ``+HH:MM`` / ``-HH:MM``; 0 for anything else (a lowercase letter, a space, no zone, ...), and for a
+   time before the epoch. */
+static inline int rfc3339_ms(Span v, long long *out) {
+    const char *p = v.s;
+    Py_ssize_t n = v.n;
+    int y, mo, d, h, mi, sec, us = 0, oh = 0, om = 0, sign = 0;
+    if (n < 20 || p[4] != '-' || p[7] != '-' || p[10] != 'T' || p[13] != ':' || p[16] != ':') return 0;
+    if (!digits_at(p, 4, &y) || !digits_at(p + 5, 2, &mo) || !digits_at(p + 8, 2, &d) || !digits_at(p + 11, 2, &h) ||
+        !digits_at(p + 14, 2, &mi) || !digits_at(p + 17, 2, &sec))
+        return 0;
+    if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 59) return 0;
+    Py_ssize_t k = 19;
+    if (p[k] == '.') {
+        int digits = 0;
+        for (k++; k < n && p[k] >= '0' && p[k] <= '9'; k++, digits++) {
+            if (digits >= 6) return 0;
+            us = us * 10 + (p[k] - '0');
+        }
+        if (digits == 0) return 0;
+        for (int z = digits; z < 6; z++) us *= 10;
+    }
+    if (k == n - 1 && p[k] == 'Z') {
+        sign = 0;
+    } else if (k == n - 6 && (p[k] == '+' || p[k] == '-') && p[k + 3] == ':') {
+        if (!digits_at(p + k + 1, 2, &oh) || !digits_at(p + k + 4, 2, &om) || oh > 23 || om > 59) return 0;
+        sign = p[k] == '+' ? 1 : -1;
+    } else {
+        return 0;
+    }
+    long long secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - sign * (oh * 3600 + om * 60);
+    long long total_us = secs * 1000000 + us;
+    if (total_us < 0) return 0;
+    *out = total_us / 1000;
+    return 1;
+}
+
 #endif

@@ -25,6 +25,12 @@ grammar is checked here.
 #define MAX_GRADE 20
 #define MAX_ITEMS 65535 /* StreamConfig's largest max_items_per_request (PendingRequests counts items in 16 bits) */
 
+/* An event time: epoch milliseconds, or an RFC 3339 time with a zone, in 0..MAX_TS_MS. */
+static inline int ts_value(int kind, Span v, long long *ts) {
+    int ok = kind == K_INT ? int_value(v, ts) : kind == K_STRING ? rfc3339_ms(v, ts) : 0;
+    return ok && *ts >= 0 && *ts <= MAX_TS_MS;
+}
+
 /* -- impressions ------------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -132,8 +138,7 @@ static int scan_impression(const char *s, Py_ssize_t len, Py_ssize_t max_items, 
                 out->rid = v;
                 seen |= F_RID;
             } else if (KEY(key, "ts")) {
-                if (seen & F_TS || kind != K_INT || !int_value(v, &out->ts) || out->ts < 0 || out->ts > MAX_TS_MS)
-                    return 0;
+                if (seen & F_TS || !ts_value(kind, v, &out->ts)) return 0;
                 seen |= F_TS;
             } else if (KEY(key, "user_id")) {
                 if (seen & F_USER || (kind != K_NULL && (kind != K_STRING || v.n > MAX_LABEL_CHARS))) return 0;
@@ -355,7 +360,7 @@ static int scan_feedback(const char *s, Py_ssize_t len, PyObject *grades, Span *
             if (!id_span(kind, v)) return 0;
             ids[bit == 4 ? 2 : bit - 1] = v;
         } else if (bit == 8) {
-            if (kind != K_INT || !int_value(v, ts) || *ts < 0 || *ts > MAX_TS_MS) return 0;
+            if (!ts_value(kind, v, ts)) return 0;
         } else if (bit == 16) {
             if (kind != K_NULL && kind != K_STRING) return 0;
             action_kind = kind;

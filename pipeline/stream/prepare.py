@@ -8,7 +8,7 @@ as columns:
   ``packed`` the :class:`pipeline.stream.join.PendingRequests` ``record`` column (float64 scores in position
   order, then the item ids joined by NUL) and ``user_key`` :func:`pipeline.stream.join.user_key_of`;
 - clean feedback: ``(event_id, request_id, item_id, ts_ms, grade)``;
-- an event id of ``None`` for anything else (bad bytes, an RFC 3339 time, an item-form impression, a NUL
+- an event id of ``None`` for anything else (bad bytes, a time out of range or without a zone, an item-form impression, a NUL
   escape, ...): :func:`pipeline.stream.batch.process_batch` hands it to the per-record method, which names
   the reason.
 
@@ -33,6 +33,7 @@ from rankwatch.pipeline.events.validation import (
     _IMPRESSION_DECODER,
     MAX_GRADE,
     MAX_TS_MS,
+    _event_ts,
     _in_order,
 )
 from rankwatch.pipeline.stream import native
@@ -248,6 +249,8 @@ def prepare_rows_msgspec(spec: BatchSpec, kinds: Sequence[bool], values: Sequenc
                 slow_impression()
                 continue
             ts = w.ts
+            if type(ts) is not int:  # an RFC 3339 time: epoch ms as the per-record path reads it (else a Rejection)
+                ts = _event_ts(ts)
             items = w.items
             if (type(ts) is not int or not 0 <= ts <= MAX_TS_MS or items is None or w.item_id is not None
                     or w.position is not None or w.score is not None or not 0 < (n := len(items)) <= max_items):
@@ -294,6 +297,8 @@ def prepare_rows_msgspec(spec: BatchSpec, kinds: Sequence[bool], values: Sequenc
                 slow_feedback()
                 continue
             fts = f.ts
+            if type(fts) is not int:
+                fts = _event_ts(fts)
             grade = f.grade
             if grade is None:
                 grade = None if f.action is None else grades.get(f.action)
