@@ -2,7 +2,8 @@
    static inline).
 
 Layout: a cursor over one line, then its scanners: whitespace, a string without escapes, a number (RFC 8259
-grammar), a word, any scalar, an integer's value, an identifier, a number's value as a double.
+grammar), a word, any scalar, any value (an object or an array only skipped), an integer's value, an identifier, a
+number's value as a double, an RFC 3339 time.
 
 Why apart: what these accept is the subset whose meaning is plain (module header of _rowscan.c); each returns
 0 for anything else, and the caller leaves that line to msgspec.
@@ -27,7 +28,7 @@ typedef struct {
 } Span;
 
 /* A scalar: its kind and where it is. */
-enum { K_NONE = 0, K_STRING, K_INT, K_FLOAT, K_NULL, K_BOOL };
+enum { K_NONE = 0, K_STRING, K_INT, K_FLOAT, K_NULL, K_BOOL, K_NESTED };
 
 static inline void skip_ws(Cursor *c) {
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
@@ -109,6 +110,39 @@ static int scan_scalar(Cursor *c, Span *out) {
         case 't': return scan_word(c, "true", 4) ? K_BOOL : 0;
         case 'f': return scan_word(c, "false", 5) ? K_BOOL : 0;
         default: return scan_number(c, out);
+    }
+}
+
+#define MAX_NESTING 32 /* an unknown field's value nested deeper is left (msgspec's own limit is far beyond) */
+
+static int skip_nested(Cursor *c, int depth);
+
+/* Any value: a scalar's kind (K_*), or K_NESTED for an object or an array (skipped: its grammar checked, each of
+   its strings and numbers as scan_scalar takes them); 0 for anything else. ``depth``: the nesting so far. */
+static int scan_value(Cursor *c, Span *out, int depth) {
+    skip_ws(c);
+    if (c->p < c->end && (*c->p == '{' || *c->p == '[')) return skip_nested(c, depth + 1) ? K_NESTED : 0;
+    return scan_scalar(c, out);
+}
+
+static int skip_nested(Cursor *c, int depth) {
+    Span ignored;
+    if (depth > MAX_NESTING) return 0;
+    char close = *c->p == '{' ? '}' : ']';
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        if (close == '}') {
+            skip_ws(c);
+            if (!scan_string(c, &ignored) || !expect(c, ':')) return 0;
+        }
+        if (!scan_value(c, &ignored, depth)) return 0;
+        if (expect(c, ',')) continue;
+        return expect(c, close);
     }
 }
 

@@ -9,12 +9,12 @@ in Python to pack the scores and join the ids: about two thirds of a replay's re
 once, straight into its row.
 
 Exactness: this scanner takes only a strict subset of JSON whose meaning is plain: ASCII, no backslash at all,
-each known field once, ids as non-empty strings or integers, positions 1..n in order, an unknown field only with
-a scalar value. Anything else (and anything this code is unsure of) is *left*: its index is returned, and
+each known field once, ids as non-empty strings or integers, positions 1..n in any order, times as epoch ms or RFC
+3339 with a zone, an unknown field with any value (skipped, nested at most 32 deep). Anything else (and anything this code is unsure of) is *left*: its index is returned, and
 prepare_rows makes that row with msgspec, as before, which also names the reason of a bad line. So a row made
 here is the row msgspec's path makes; tests/pipeline/stream/test_rowscan.py checks it on random and mutated
-lines. Numbers are read with CPython's own correctly rounded parser (PyOS_string_to_double) after the JSON
-grammar is checked here.
+lines. Numbers are read exactly (_json_subset.h: an exact fast path, else CPython's correctly rounded parser)
+after the JSON grammar is checked here.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -70,7 +70,7 @@ static int scan_items(Cursor *c, Item *items, Py_ssize_t max_items, Py_ssize_t *
         for (;;) {
             skip_ws(c);
             if (!scan_string(c, &key) || !expect(c, ':')) return 0;
-            kind = scan_scalar(c, &v);
+            kind = scan_value(c, &v, 1);
             if (KEY(key, "item_id")) {
                 if ((seen & 1) || !id_span(kind, v)) return 0;
                 items[n].id = v;
@@ -127,7 +127,7 @@ static int scan_impression(const char *s, Py_ssize_t len, Py_ssize_t max_items, 
             if (seen & F_ITEMS || !scan_items(&c, items, max_items, &out->n)) return 0;
             seen |= F_ITEMS;
         } else {
-            kind = scan_scalar(&c, &v);
+            kind = scan_value(&c, &v, 0);
             if (kind == 0) return 0;
             if (KEY(key, "event_id")) {
                 if (seen & F_EID || !id_span(kind, v)) return 0;
@@ -350,7 +350,7 @@ static int scan_feedback(const char *s, Py_ssize_t len, PyObject *grades, Span *
     for (;;) {
         skip_ws(&c);
         if (!scan_string(&c, &key) || !expect(&c, ':')) return 0;
-        kind = scan_scalar(&c, &v);
+        kind = scan_value(&c, &v, 0);
         if (kind == 0) return 0;
         int bit = KEY(key, "event_id") ? 1 : KEY(key, "request_id") ? 2 : KEY(key, "item_id") ? 4
                 : KEY(key, "ts") ? 8 : KEY(key, "action") ? 16 : KEY(key, "grade") ? 32 : 0;

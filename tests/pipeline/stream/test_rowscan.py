@@ -69,7 +69,8 @@ def _impression(rng: random.Random, i: int) -> dict[str, Any]:
     elif r < 0.7:
         d["user_id"] = None
     if rng.random() < 0.2:
-        d["client"] = rng.choice([1, "web", None, False, -0.5])
+        d["client"] = rng.choice([1, "web", None, False, -0.5, {"device": "ios", "v": [1, 2.5, None]}, [], {},
+                                  [[{"a": [True]}]]])
     if rng.random() < 0.05:
         d[rng.choice(["item_id", "position", "score"])] = None
     keys = list(d)
@@ -104,7 +105,7 @@ def _feedback(rng: random.Random, i: int) -> dict[str, Any]:
         d["action"] = "click"
         d["grade"] = None
     if rng.random() < 0.2:
-        d["session"] = rng.choice(["s", 3, None])
+        d["session"] = rng.choice(["s", 3, None, {"id": "s", "n": [1, {}]}])
     keys = list(d)
     rng.shuffle(keys)
     return {k: d[k] for k in keys}
@@ -247,6 +248,18 @@ EDGE_IMPRESSIONS = [
     b'{"event_id":"e","request_id":"r","ts":1,"items":[{"item_id":"a","position":1,"score":1}],}',
     b'{"event_id":"e","request_id":"r","ts":1,"items":[{"item_id":"a","position":1,"score":1},]}',
     b'{"event_id":"e","request_id":"r","ts":1,"ctx":{"a":1},"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":{"a":[1,{"b":null}],"c":{}},"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":' + b"[" * 40 + b"]" * 40 + b',"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":' + b"[" * 20 + b"]" * 20 + b',"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":{"a":1,},"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":{"a"},"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":{"a" 1},"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":{1:2},"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":[1 2],"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":{"a":"\\u0041"},"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"ctx":[,],"items":[{"item_id":"a","position":1,"score":1}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"items":[{"item_id":"a","position":1,"score":1,"x":{"y":[]}}]}',
+    b'{"event_id":"e","request_id":"r","ts":1,"segment":{"a":1},"items":[{"item_id":"a","position":1,"score":1}]}',
 ]
 
 EDGE_FEEDBACK = [
