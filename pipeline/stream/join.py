@@ -192,51 +192,50 @@ def materialize(parts: list[FinalizedLists]) -> FinalizedBatch:
                           None if users is None else np.array(users, dtype=np.int64))
 
 
-class _labels_py:  # noqa: N801 - stands in for the C module pipeline/stream/_labels.c
-    """The finalize step's label matching in Python: the fallback of pipeline/stream/_labels.c, and its oracle."""
+def finalize_labels_py(records: Sequence[bytes], lengths: Sequence[int],
+                       feedback: Sequence[tuple[FeedbackEntry, ...] | None], ts_ms: Sequence[int],
+                       attribution_window_ms: int) -> tuple[list[bytes], list[int], list[int], int, int, int]:
+    """``(score_parts, label_at, label_grade, accepted, late, detached)`` of finalized requests: each record's scores
+    as bytes; each feedback inside its request's attribution window labels every position showing its item (a flat
+    index into the requests' items, in order) with its grade, and is accepted now if it was not counted on arrival;
+    outside, it is detached if it was counted, else late.
 
-    @staticmethod
-    def finalize(records: Sequence[bytes], lengths: Sequence[int], feedback: Sequence[tuple[FeedbackEntry, ...] | None],
-                 ts_ms: Sequence[int], attribution_window_ms: int) -> tuple[list[bytes], list[int], list[int], int,
-                                                                             int, int]:
-        """``(score_parts, label_at, label_grade, accepted, late, detached)`` of finalized requests: each
-        record's scores as bytes; each feedback inside its request's attribution window labels every position
-        showing its item (a flat index into the requests' items, in order) with its grade, and is accepted now
-        if it was not counted on arrival; outside, it is detached if it was counted, else late."""
-        att = attribution_window_ms
-        score_parts = [rec[: 8 * n] for rec, n in zip(records, lengths, strict=True)]
-        label_at: list[int] = []  # flat item index ...
-        label_grade: list[int] = []  # ... and a grade attributed to it
-        accepted = late = detached = 0
-        ends = list(accumulate(lengths))
-        for i, fb in enumerate(feedback):
-            if fb is None:
+    The Python loop of the finalize step: the fallback of pipeline/stream/_labels.c (its ``finalize``), and its
+    oracle in the tests."""
+    att = attribution_window_ms
+    score_parts = [rec[: 8 * n] for rec, n in zip(records, lengths, strict=True)]
+    label_at: list[int] = []  # flat item index ...
+    label_grade: list[int] = []  # ... and a grade attributed to it
+    accepted = late = detached = 0
+    ends = list(accumulate(lengths))
+    for i, fb in enumerate(feedback):
+        if fb is None:
+            continue
+        n, rts = lengths[i], ts_ms[i]
+        base = ends[i] - n
+        ids: list[str] | None = None
+        for item, grade, fts, counted in fb:
+            if not rts <= fts <= rts + att:
+                if counted:
+                    detached += 1
+                else:
+                    late += 1
                 continue
-            n, rts = lengths[i], ts_ms[i]
-            base = ends[i] - n
-            ids: list[str] | None = None
-            for item, grade, fts, counted in fb:
-                if not rts <= fts <= rts + att:
-                    if counted:
-                        detached += 1
-                    else:
-                        late += 1
-                    continue
-                if not counted:
-                    accepted += 1
-                if ids is None:
-                    ids = records[i][8 * n :].decode().split(SEP)
-                shown = ids.count(item)
-                if shown:
-                    at = ids.index(item)
-                    label_at.append(base + at)
-                    label_grade.append(grade)
-                    if shown > 1:  # the item shown at several positions: label every one
-                        for k in range(at + 1, n):
-                            if ids[k] == item:
-                                label_at.append(base + k)
-                                label_grade.append(grade)
-        return score_parts, label_at, label_grade, accepted, late, detached
+            if not counted:
+                accepted += 1
+            if ids is None:
+                ids = records[i][8 * n :].decode().split(SEP)
+            shown = ids.count(item)
+            if shown:
+                at = ids.index(item)
+                label_at.append(base + at)
+                label_grade.append(grade)
+                if shown > 1:  # the item shown at several positions: label every one
+                    for k in range(at + 1, n):
+                        if ids[k] == item:
+                            label_at.append(base + k)
+                            label_grade.append(grade)
+    return score_parts, label_at, label_grade, accepted, late, detached
 
 
 class PendingRequests:
@@ -391,7 +390,8 @@ class PendingRequests:
         ts_list: list[int] = list(pick(self.ts))
         request_ids: list[str] = list(pick(rids))
         # the score parts, labels and counters: in C where it was built (pipeline/stream/native.py)
-        score_parts, label_at, label_grade, accepted, late, detached = (native.labels or _labels_py).finalize(
+        finalize = finalize_labels_py if native.labels is None else native.labels.finalize
+        score_parts, label_at, label_grade, accepted, late, detached = finalize(
             pick(records), lengths, pick(feedback), ts_list, att)
         for rid in request_ids:  # release the slots
             del index[rid]

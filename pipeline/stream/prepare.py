@@ -8,9 +8,9 @@ as columns:
   ``packed`` the :class:`pipeline.stream.join.PendingRequests` ``record`` column (float64 scores in position
   order, then the item ids joined by NUL) and ``user_key`` :func:`pipeline.stream.join.user_key_of`;
 - clean feedback: ``(event_id, request_id, item_id, ts_ms, grade)``;
-- an event id of ``None`` for anything else (bad bytes, a time out of range or without a zone, an item-form impression, a NUL
-  escape, ...): :func:`pipeline.stream.batch.process_batch` hands it to the per-record method, which names
-  the reason.
+- an event id of ``None`` for anything else (bad bytes, a time out of range or without a zone, an item-form
+  impression, a NUL escape, ...): :func:`pipeline.stream.batch.process_batch` hands it to the per-record method,
+  which names the reason.
 
 Why apart: nothing here reads the processor's state, so the rows can be made anywhere. ``process_batch``
 makes them in-process, then applies them in order (dedupe, watermark, join); ``rankwatch replay`` makes them
@@ -184,8 +184,8 @@ def prepare_rows(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes]
     """
     if user_keys is None:
         user_keys = {}
-    _rowscan = native.rowscan
-    if _rowscan is None or not 0 < spec.max_items_per_request <= _SCANNED_ITEMS:
+    scanner = native.rowscan
+    if scanner is None or not 0 < spec.max_items_per_request <= _SCANNED_ITEMS:
         return prepare_rows_msgspec(spec, kinds, values, user_keys)
     if len(kinds) != len(values):
         raise ValueError(f"{len(kinds)} kinds for {len(values)} values")
@@ -198,10 +198,10 @@ def prepare_rows(spec: BatchSpec, kinds: Sequence[bool], values: Sequence[bytes]
         imp_lines = [v for k, v in zip(kinds, values, strict=True) if k]
         fb_lines = [v for k, v in zip(kinds, values, strict=True) if not k]
     labels: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    imp, left_imp = _rowscan.impressions(imp_lines, spec.max_event_bytes, spec.max_items_per_request,
+    imp, left_imp = scanner.impressions(imp_lines, spec.max_event_bytes, spec.max_items_per_request,
                                          tuple([_LABEL_FIELDS.index(lbl) for lbl in spec.by]), labels, user_keys,
                                          USER_KEY_CACHE, user_key_of)
-    fb, left_fb = _rowscan.feedback(fb_lines, spec.max_event_bytes, dict(spec.action_grades))
+    fb, left_fb = scanner.feedback(fb_lines, spec.max_event_bytes, dict(spec.action_grades))
     if left_imp or left_fb:  # their rows by msgspec's path, put in their places
         left = [True] * len(left_imp) + [False] * len(left_fb)
         rest = prepare_rows_msgspec(spec, left, [imp_lines[i] for i in left_imp] + [fb_lines[i] for i in left_fb],

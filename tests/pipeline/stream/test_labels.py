@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rankwatch.pipeline.stream import native
-from rankwatch.pipeline.stream.join import SEP, _labels_py
+from rankwatch.pipeline.stream.join import SEP, finalize_labels_py
 
 labels = pytest.importorskip("rankwatch.pipeline.stream._labels", reason="built without a C compiler")
 
@@ -45,7 +45,7 @@ def test_the_c_finalize_equals_the_python_loop(seed: int) -> None:
     rng = random.Random(seed)
     records, lengths, feedback, ts = _requests(rng, rng.choice([1, 5, 50, 400]))
     got = labels.finalize(tuple(records), lengths, tuple(feedback), ts, ATT)
-    want = _labels_py.finalize(records, lengths, feedback, ts, ATT)
+    want = finalize_labels_py(records, lengths, feedback, ts, ATT)
     assert got == want
     if len(records) >= 50:
         assert got[1] and got[3] and got[4] and got[5], "labels and every counter met"
@@ -70,7 +70,7 @@ def test_an_item_id_no_record_can_hold_labels_nothing() -> None:
     """A lone surrogate cannot be in a record (ids are stored as UTF-8): it matches nothing, as in Python."""
     rec = struct.pack("<1d", 0) + b"a"
     fb = (("\ud800", 1, 0, True), ("a", 2, 0, True))
-    assert labels.finalize((rec,), [1], (fb,), [0], 10) == _labels_py.finalize([rec], [1], [fb], [0], 10)
+    assert labels.finalize((rec,), [1], (fb,), [0], 10) == finalize_labels_py([rec], [1], [fb], [0], 10)
 
 
 def test_bad_columns_are_refused() -> None:
